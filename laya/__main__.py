@@ -1,0 +1,5 @@
+import sys
+
+from laya.cli import main
+
+sys.exit(main())

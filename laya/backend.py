@@ -1,0 +1,206 @@
+"""LLM backends: the one thing a worker runs a request through.
+
+:class:`LlamaBackend` is the real one (llama-cpp-python on a GGUF file).
+:class:`ScriptedBackend` answers from a script, for unit tests of the code
+around a backend; the real path has its own tests on a tiny real model.
+
+llama-cpp-python reports problems as bare ``ValueError``/``RuntimeError``;
+they are turned into Laya errors here, once, by where they happen rather than
+by their message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from laya.errors import ContextTooLong, GenerationTimeout, InferenceError, ModelLoadError
+from laya.schema import Request
+
+if TYPE_CHECKING:
+    from llama_cpp import Llama
+
+    from laya.config import Settings
+
+__all__ = ["Generation", "LLMBackend", "LlamaBackend", "ScriptedBackend"]
+
+# llama.cpp's ggml_type numbers for the KV cache types Laya offers.
+KV_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    text: str
+    finish_reason: str
+    """``stop`` (model or stop string ended it), ``length`` (max_tokens), ``context`` (window full)."""
+    prompt_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    generation_s: float
+    decode_tokens_per_s: float | None
+
+
+OnToken = Callable[[int], None]
+"""Called after every generated token with the count so far (heartbeats, deadlines)."""
+
+
+class LLMBackend(Protocol):
+    name: str
+    n_ctx: int
+
+    def generate(self, request: Request, *, max_tokens: int, deadline: float, on_token: OnToken) -> Generation: ...
+
+
+class LlamaBackend:
+    """A GGUF model loaded once through llama-cpp-python."""
+
+    def __init__(self, settings: Settings, *, n_ctx: int | None = None) -> None:
+        import llama_cpp  # heavy native import; only GPU workers pay for it
+
+        model = settings.model
+        if model.path is None:
+            raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
+        kv = KV_TYPES[settings.memory.kv_cache_policy]
+        self.name = model.name
+        self.path = model.path
+        try:
+            self.llm: Llama = llama_cpp.Llama(
+                model_path=str(model.path),
+                n_ctx=n_ctx or settings.runtime.max_seq_len,
+                n_batch=settings.runtime.n_batch,
+                n_ubatch=min(settings.runtime.n_batch, 512),
+                n_gpu_layers=model.n_gpu_layers,
+                n_threads=model.n_threads,
+                type_k=kv,
+                type_v=kv,
+                flash_attn=kv != KV_TYPES["f16"],  # llama.cpp needs it for a quantised V cache
+                verbose=False,
+            )
+        except (ValueError, RuntimeError, OSError) as exc:
+            raise ModelLoadError(f"llama.cpp could not load {model.path}: {exc}") from None
+        self.n_ctx = self.llm.n_ctx()
+        self._formatter = self._chat_formatter()
+
+    def _chat_formatter(self) -> Callable[[list[dict[str, str]]], tuple[str, list[str]]]:
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        metadata = self.llm.metadata
+        template = metadata.get("tokenizer.chat_template")
+        if not template:
+            return _plain_chat
+
+        def token_text(key: str) -> str:
+            token_id = metadata.get(key)
+            return self.llm._model.token_get_text(int(token_id)) if token_id is not None else ""
+
+        formatter = Jinja2ChatFormatter(template, eos_token=token_text("tokenizer.ggml.eos_token_id"),
+                                        bos_token=token_text("tokenizer.ggml.bos_token_id"))
+
+        def render(messages: list[dict[str, str]]) -> tuple[str, list[str]]:
+            response = formatter(messages=messages)  # type: ignore[arg-type]
+            stop = response.stop if isinstance(response.stop, list) else [response.stop] if response.stop else []
+            return response.prompt, stop
+
+        return render
+
+    def tokenize(self, request: Request) -> tuple[list[int], list[str]]:
+        if request.messages is not None:
+            prompt, extra_stop = self._formatter([m.model_dump() for m in request.messages])
+            return self.llm.tokenize(prompt.encode(), add_bos=False, special=True), extra_stop
+        assert request.prompt is not None
+        return self.llm.tokenize(request.prompt.encode(), add_bos=True, special=False), []
+
+    def generate(self, request: Request, *, max_tokens: int, deadline: float, on_token: OnToken) -> Generation:
+        tokens, extra_stop = self.tokenize(request)
+        room = self.n_ctx - len(tokens)
+        if room < 1:
+            raise ContextTooLong(
+                f"prompt is {len(tokens)} tokens; the context window (runtime.max_seq_len) holds "
+                f"{self.n_ctx}; shorten the prompt or raise max_seq_len", field="prompt")
+        budget = min(max_tokens, room)
+        stops = [*request.stop, *extra_stop]
+        if request.seed is not None:
+            self.llm.set_seed(request.seed)
+        eos = self.llm.token_eos()
+        out = bytearray()
+        count, finish = 0, "length"
+        started = time.monotonic()
+        first = last = started
+        try:
+            for token in self.llm.generate(tokens, top_k=request.top_k, top_p=request.top_p,
+                                           temp=request.temperature, repeat_penalty=request.repeat_penalty):
+                last = time.monotonic()
+                if count == 0:
+                    first = last
+                if token == eos:
+                    finish = "stop"
+                    break
+                count += 1
+                out += self.llm.detokenize([token])
+                on_token(count)
+                if stops and _hit_stop(out, stops):
+                    finish = "stop"
+                    break
+                if count >= budget:
+                    finish = "length" if budget == max_tokens else "context"
+                    break
+                if last > deadline:
+                    raise GenerationTimeout(
+                        f"job deadline passed after {count} tokens; raise runtime.job_timeout_s "
+                        "or ask for fewer max_tokens")
+        except (ValueError, RuntimeError) as exc:
+            raise InferenceError(f"llama.cpp failed during generation: {exc}") from None
+        text = out.decode("utf-8", errors="replace")
+        if finish == "stop" and stops:
+            text = _cut_at_stop(text, stops)
+        decode_rate = (count - 1) / (last - first) if count > 1 and last > first else None
+        return Generation(text=text, finish_reason=finish, prompt_tokens=len(tokens), completion_tokens=count,
+                          ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate)
+
+
+def _plain_chat(messages: list[dict[str, str]]) -> tuple[str, list[str]]:
+    """Chat layout for models without a chat template (such as the tiny test model)."""
+    lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
+    return "\n".join([*lines, "Assistant:"]), ["\nUser:"]
+
+
+def _hit_stop(out: bytearray, stops: list[str]) -> bool:
+    window = max(len(s.encode()) for s in stops) + 8
+    tail = bytes(out[-window:]).decode("utf-8", errors="ignore")
+    return any(s in tail for s in stops)
+
+
+def _cut_at_stop(text: str, stops: list[str]) -> str:
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
+    return text[:cut]
+
+
+class ScriptedBackend:
+    """A fake backend: answers ``script[prompt]`` (or ``default``) one character per token."""
+
+    def __init__(self, script: dict[str, str] | None = None, *, default: str = "ok", name: str = "default",
+                 n_ctx: int = 2048, seconds_per_token: float = 0.0) -> None:
+        self.script = script or {}
+        self.default = default
+        self.name = name
+        self.n_ctx = n_ctx
+        self.seconds_per_token = seconds_per_token
+        self.calls: list[Request] = []
+
+    def generate(self, request: Request, *, max_tokens: int, deadline: float, on_token: OnToken) -> Generation:
+        self.calls.append(request)
+        if len(request.text) >= self.n_ctx:
+            raise ContextTooLong(f"prompt is {len(request.text)} tokens; the window holds {self.n_ctx}")
+        answer = self.script.get(request.text, self.default)[:max_tokens]
+        started = time.monotonic()
+        for count in range(1, len(answer) + 1):
+            if self.seconds_per_token:
+                time.sleep(self.seconds_per_token)
+            on_token(count)
+            if time.monotonic() > deadline:
+                raise GenerationTimeout(f"job deadline passed after {count} tokens")
+        elapsed = time.monotonic() - started
+        finish = "length" if len(answer) == max_tokens else "stop"
+        return Generation(answer, finish, len(request.text), len(answer), 0.0, elapsed, None)

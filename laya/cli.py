@@ -1,0 +1,184 @@
+"""The ``laya`` command: thin wrappers that parse arguments, load config, call one ``run_*``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from laya.config import Settings, load_settings
+from laya.errors import LayaError
+
+__all__ = ["main"]
+
+STATE_DIR = Path(".laya")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config)
+
+
+def _client(settings: Settings) -> Any:
+    from laya.client import Client
+    from laya.connection import connect
+
+    return Client(connect(settings), prefix=settings.redis.prefix)
+
+
+def _print_result(result: Any, as_json: bool) -> int:
+    if as_json:
+        print(orjson.dumps(result.model_dump(exclude_none=True)).decode())
+    elif result.ok:
+        print(result.text)
+    else:
+        print(f"{result.route}: {result.error.message if result.error else ''}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    from laya.connection import connect
+    from laya.router import run_router
+
+    settings = _settings(args)
+    run_router(settings, connect(settings))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from laya.connection import connect
+    from laya.worker import run_worker
+
+    settings = _settings(args)
+    run_worker(settings, connect(settings), burst=args.burst)
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from laya.stack import Stack
+
+    settings = _settings(args)
+    stack = Stack(settings, STATE_DIR, config_path=args.config)
+    try:
+        stack.start()
+        stack.wait_ready(timeout=args.ready_timeout)
+        print(f"laya is up on {stack.url}: `laya submit --wait \"...\"` to try it; Ctrl-C stops it.",
+              file=sys.stderr)
+        stack.serve_forever()
+    finally:
+        stack.stop()
+    print("laya stopped.", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from laya.demo import run_demo
+
+    return run_demo(_settings(args), STATE_DIR, config_path=args.config, n_model=args.requests)
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    prompt = args.prompt if args.prompt not in (None, "-") else sys.stdin.read()
+    params: dict[str, Any] = {"model": args.model, "max_tokens": args.max_tokens,
+                              "temperature": args.temperature}
+    client = _client(_settings(args))
+    request_id = client.submit(prompt, **{k: v for k, v in params.items() if v is not None})
+    if not args.wait:
+        print(request_id)
+        return 0
+    return _print_result(client.wait(request_id, timeout=args.timeout), args.json)
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    client = _client(_settings(args))
+    result = client.wait(args.id, timeout=args.timeout) if args.wait else client.result(args.id)
+    if result is None:
+        print(f"no result for {args.id} (yet)", file=sys.stderr)
+        return 2
+    return _print_result(result, as_json=True)
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    from laya.batch import run_batch
+
+    out = args.output or args.input.with_suffix(".out.jsonl")
+    summary = run_batch(_client(_settings(args)), args.input, out, window=args.window, timeout=args.timeout)
+    print(summary.table())
+    print(f"results: {out}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from laya.keys import Keys
+
+    settings = _settings(args)
+    client = _client(settings)
+    stats = client.redis.hgetall(Keys(settings.redis.prefix).router_stats)
+    rows = {k.decode(): v.decode() for k, v in sorted(stats.items())}
+    if args.json:
+        print(orjson.dumps(rows).decode())
+    else:
+        for key, value in rows.items():
+            print(f"{key:<32} {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="laya", description="Local LLM job router on Redis and RQ.")
+    parser.add_argument("--config", "-c", help="TOML config file (default: $LAYA_CONFIG, else built-in defaults)")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("router", help="run an ingress router").set_defaults(func=cmd_router)
+    p = sub.add_parser("worker", help="run a GPU worker (loads the model, then serves its queue)")
+    p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    p.set_defaults(func=cmd_worker)
+    p = sub.add_parser("up", help="start everything: embedded Valkey (if no URL), router, worker")
+    p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the worker")
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("demo", help="run the whole flow on sample data and print the route summary")
+    p.add_argument("--requests", type=int, default=40, help="model requests in the sample (default 40)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("submit", help="submit a prompt (argument or stdin)")
+    p.add_argument("prompt", nargs="?", help="the prompt; '-' or nothing reads stdin")
+    p.add_argument("--model")
+    p.add_argument("--max-tokens", type=int)
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--wait", action="store_true", help="wait for the result and print it")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--json", action="store_true", help="print the whole result record")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("result", help="print the result record of a request id")
+    p.add_argument("id")
+    p.add_argument("--wait", action="store_true")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.set_defaults(func=cmd_result)
+    p = sub.add_parser("batch", help="process a JSONL file of requests")
+    p.add_argument("input", type=Path)
+    p.add_argument("-o", "--output", type=Path, help="results file (default: INPUT.out.jsonl)")
+    p.add_argument("--window", type=int, default=256, help="requests in flight at once")
+    p.add_argument("--timeout", type=float, default=600.0, help="give up after this long without progress")
+    p.set_defaults(func=cmd_batch)
+    p = sub.add_parser("stats", help="router counters, latency percentiles and queue depths")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_stats)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        return int(args.func(args))
+    except LayaError as exc:
+        print(f"laya {args.command}: {exc.message}", file=sys.stderr)
+        return 2
+    except TimeoutError as exc:
+        print(f"laya {args.command}: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        return 130

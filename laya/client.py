@@ -1,0 +1,146 @@
+"""The producer side: submit requests, wait for results.
+
+    from laya import Client
+    client = Client.from_url("redis://127.0.0.1:6390/0")
+    result = client.ask("Summarise: ...", max_tokens=64, timeout=60)
+
+A request is *accepted* once its XADD to the ingress stream returns; from then
+on it ends in exactly one result record. :meth:`Client.wait` blocks on the
+request's own wake-up list; :meth:`Client.wait_many` on a reply channel shared
+by many requests, so a batch of thousands waits with one BLPOP at a time.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from redis import Redis
+
+from laya.codec import FIELD, decode_result, encode_request
+from laya.errors import InvalidRequest
+from laya.keys import Keys
+from laya.results import ResultStore
+from laya.schema import Request, Result, new_request_id
+
+__all__ = ["Client"]
+
+
+class Client:
+    def __init__(self, redis: Redis, *, prefix: str = "laya") -> None:
+        self.redis = redis
+        self.keys = Keys(prefix)
+        self.results = ResultStore(redis, self.keys, ttl_s=1)  # read-only use: ttl unused
+
+    @classmethod
+    def from_url(cls, url: str, *, prefix: str = "laya") -> Client:
+        return cls(Redis.from_url(url), prefix=prefix)
+
+    # -- submit --------------------------------------------------------------
+
+    def submit(self, prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
+               **params: Any) -> str:
+        """Validate and submit one request; returns its id."""
+        try:
+            request = Request(prompt=prompt, messages=messages, **params)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"]) or None
+            raise InvalidRequest(f"{field + ': ' if field else ''}{first['msg']}", field=field) from None
+        return self.submit_request(request)
+
+    def submit_request(self, request: Request) -> str:
+        if request.submitted_at is None:
+            request.submitted_at = time.time()
+        self.redis.xadd(self.keys.ingress, {FIELD: encode_request(request)})
+        return request.id
+
+    def submit_many(self, payloads: Iterable[dict[str, Any]], *, reply_to: str | None = None,
+                    chunk: int = 500) -> list[str]:
+        """Submit raw request objects in pipelined chunks; the router validates them.
+
+        Each object gets an ``id`` (unless it has one), ``submitted_at`` and the
+        reply channel. Returns the ids in order.
+        """
+        ids: list[str] = []
+        pipe = self.redis.pipeline(transaction=False)
+        for payload in payloads:
+            body = dict(payload)
+            body.setdefault("id", new_request_id())
+            body.setdefault("submitted_at", time.time())
+            if reply_to is not None:
+                body["reply_to"] = reply_to
+            pipe.xadd(self.keys.ingress, {FIELD: orjson.dumps(body)})
+            ids.append(str(body["id"]))
+            if len(pipe) >= chunk:
+                pipe.execute()
+        if len(pipe):
+            pipe.execute()
+        return ids
+
+    def submit_raw(self, fields: dict[bytes | str, bytes | str]) -> str:
+        """XADD an entry exactly as given (tests, fuzzing); returns the stream entry id."""
+        entry_id = self.redis.xadd(self.keys.ingress, fields)  # type: ignore[arg-type]
+        return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+    # -- results -------------------------------------------------------------
+
+    def result(self, request_id: str) -> Result | None:
+        return self.results.get(request_id)
+
+    def wait(self, request_id: str, *, timeout: float = 60.0) -> Result:
+        """Block until the result of ``request_id`` exists; ``TimeoutError`` after ``timeout`` s."""
+        found = self.results.get(request_id)
+        if found is not None:
+            return found
+        reply = self.redis.blpop([self.keys.done(request_id)], timeout=timeout)
+        if reply is not None:
+            return decode_result(reply[1])
+        found = self.results.get(request_id)
+        if found is None:
+            raise TimeoutError(f"no result for {request_id} within {timeout:g} s")
+        return found
+
+    def ask(self, prompt: str | None = None, *, timeout: float = 60.0, **params: Any) -> Result:
+        """Submit and wait: the one-call API."""
+        return self.wait(self.submit(prompt, **params), timeout=timeout)
+
+    @staticmethod
+    def new_channel() -> str:
+        return uuid.uuid4().hex
+
+    def poll_channel(self, channel: str, *, timeout: float) -> list[Result]:
+        """Results pushed to ``channel``: block up to ``timeout`` s for the first, then take all queued."""
+        key = self.keys.reply(channel)
+        reply = self.redis.blpop([key], timeout=timeout)
+        if reply is None:
+            return []
+        return [decode_result(reply[1]), *(decode_result(raw) for raw in self.redis.lpop(key, 1000) or [])]
+
+    def wait_many(self, request_ids: Iterable[str], channel: str, *, timeout: float = 600.0,
+                  idle_check_s: float = 2.0) -> Iterator[Result]:
+        """Yield results for ``request_ids`` (submitted with ``reply_to=channel``) as they arrive.
+
+        Gives up with ``TimeoutError`` after ``timeout`` s without progress. After
+        each ``idle_check_s`` of silence it also reads the result records
+        directly, for results written before this waiter started.
+        """
+        pending = set(request_ids)
+        last_progress = time.monotonic()
+        while pending:
+            found = self.poll_channel(channel, timeout=idle_check_s)
+            if not found:
+                found = [r for r in self.results.get_many(list(pending)) if r is not None]
+            progressed = [r for r in found if r.id in pending]
+            for result in progressed:
+                pending.discard(result.id)
+                yield result
+            if progressed:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > timeout:
+                raise TimeoutError(f"{len(pending)} results still missing after {timeout:g} s without progress")
+        self.redis.delete(self.keys.reply(channel))

@@ -1,0 +1,127 @@
+"""Wire format: requests in stream entries, results as JSON, all through orjson.
+
+A producer XADDs one entry per request with a single field ``r`` holding the
+request as JSON. Decoding never raises anything but :class:`RequestError`, so a
+hostile entry turns into an error result instead of a crashed router.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+
+from laya.errors import InvalidRequest, RequestError, UnknownModel
+from laya.schema import REQUEST_ID_PATTERN, Request, Result
+
+__all__ = ["Limits", "decode_request", "encode_request", "encode_result", "decode_result", "salvage_identity"]
+
+FIELD = b"r"
+_ID_RE = re.compile(REQUEST_ID_PATTERN)
+_REPLY_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the router accepts; taken from the config once at start."""
+
+    max_request_bytes: int = 1_000_000
+    max_messages: int = 256
+    max_tokens_limit: int = 4096
+    models: frozenset[str] = frozenset({"default"})
+
+
+def encode_request(request: Request) -> bytes:
+    return orjson.dumps(request.model_dump(exclude_none=True, exclude_defaults=False))
+
+
+def encode_result(result: Result) -> bytes:
+    return orjson.dumps(result.model_dump(exclude_none=True))
+
+
+def decode_result(data: bytes | str) -> Result:
+    return Result.model_validate(orjson.loads(data))
+
+
+def _describe_validation(error: ValidationError) -> InvalidRequest:
+    first = error.errors()[0]
+    field = ".".join(str(part) for part in first["loc"]) or None
+    value = first.get("input")
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    where = f"field '{field}' = {shown}: " if field else ""
+    extra = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
+    return InvalidRequest(f"{where}{first['msg']}{extra}", field=field)
+
+
+def decode_request(fields: Mapping[bytes, bytes], limits: Limits) -> Request:
+    """Turn one stream entry into a validated :class:`Request`, or raise :class:`RequestError`."""
+    raw = fields.get(FIELD)
+    if raw is None:
+        names = ", ".join(repr(k.decode("utf-8", "replace")) for k in list(fields)[:5])
+        raise InvalidRequest(f"stream entry has no 'r' field (got {names or 'no fields'}); "
+                             "XADD the request JSON under the field 'r'", field="r")
+    if len(raw) > limits.max_request_bytes:
+        raise InvalidRequest(
+            f"request is {len(raw)} bytes, over the limit of {limits.max_request_bytes}; "
+            "send a shorter prompt or split the work", code="too_large")
+    try:
+        data: Any = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request is not valid UTF-8 JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest(f"request must be a JSON object, got {type(data).__name__}")
+    messages = data.get("messages")
+    if isinstance(messages, list) and len(messages) > limits.max_messages:
+        raise InvalidRequest(
+            f"{len(messages)} messages, over the limit of {limits.max_messages}; shorten the conversation",
+            code="too_large", field="messages")
+    try:
+        request = Request.model_validate(data)
+    except ValidationError as exc:
+        raise _describe_validation(exc) from None
+    text = request.prompt if request.prompt is not None else "".join(m.content for m in request.messages or ())
+    if "\x00" in text:
+        raise InvalidRequest("text contains NUL characters; strip them before sending", field="prompt")
+    if request.max_tokens is not None and request.max_tokens > limits.max_tokens_limit:
+        raise InvalidRequest(
+            f"field 'max_tokens' = {request.max_tokens}: over the limit of {limits.max_tokens_limit} "
+            "(runtime.max_tokens_limit)", field="max_tokens")
+    if request.model is not None and request.model not in limits.models:
+        known = ", ".join(sorted(limits.models))
+        raise UnknownModel(f"field 'model' = {request.model!r}: no such model; known: {known}", field="model")
+    return request
+
+
+def salvage_identity(fields: Mapping[bytes, bytes], entry_id: str) -> tuple[str, str | None]:
+    """Best-effort (request id, reply channel) of an entry that failed to decode.
+
+    The id falls back to the stream entry id, which the producer got from XADD.
+    """
+    raw = fields.get(FIELD)
+    if raw is not None and len(raw) <= 4_000_000:
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, dict):
+            rid, reply = data.get("id"), data.get("reply_to")
+            good_id = rid if isinstance(rid, str) and _ID_RE.match(rid) else entry_id
+            good_reply = reply if isinstance(reply, str) and _REPLY_RE.match(reply) else None
+            return good_id, good_reply
+    return entry_id, None
+
+
+def error_result(request_id: str, error: RequestError | Exception, **extra: Any) -> Result:
+    code = getattr(error, "code", "internal")
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    return Result.model_validate({
+        "id": request_id, "route": f"error:{code}", "ok": False,
+        "error": {"code": code, "message": message, "field": getattr(error, "field", None)},
+        **extra,
+    })

@@ -1,0 +1,253 @@
+"""Laya's configuration: one validated pydantic tree, loaded once per process.
+
+Sources, later ones winning:
+
+1. the defaults below (desktop-safe: one sequence, 2048 tokens, no CPU offload);
+2. a TOML file (``--config``, else ``$LAYA_CONFIG``);
+3. environment overrides: ``LAYA_REDIS_URL``, ``LAYA_MODEL_PATH``, ``LAYA_ROUTES``,
+   and the general form ``LAYA_<SECTION>__<FIELD>`` (e.g. ``LAYA_RUNTIME__MAX_SEQ_LEN=4096``).
+
+Names follow the seed where they still mean something (``[runtime] max_seq_len,
+n_parallel``, ``[model] path, quant_type``, ``[memory] kv_cache_policy,
+offload_policy``) so its readers recognise them. A bad value is refused at start
+with the file, the field, the value and why.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from laya.errors import ConfigError
+
+__all__ = [
+    "MemoryConfig",
+    "ModelConfig",
+    "RedisConfig",
+    "RouterConfig",
+    "RuntimeConfig",
+    "Settings",
+    "format_validation_error",
+    "load_settings",
+    "redact_url",
+]
+
+_STRICT = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RedisConfig(BaseModel):
+    model_config = _STRICT
+
+    url: str | None = Field(
+        None,
+        description="redis://, rediss:// (TLS) or unix:// URL, with user and password if the "
+        "server needs them. Unset: the embedded Valkey that `laya up` starts on embedded_port.",
+    )
+    embedded_port: int = Field(6390, ge=1, le=65535, description="Port of the embedded Valkey.")
+    prefix: str = Field(
+        "laya", pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="Prefix of every Laya key."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).scheme not in {"redis", "rediss", "unix"}:
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return value
+
+    @property
+    def effective_url(self) -> str:
+        return self.url or f"redis://127.0.0.1:{self.embedded_port}/0"
+
+
+class ModelConfig(BaseModel):
+    model_config = _STRICT
+
+    name: str = Field(
+        "default", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Name requests use to pick this model."
+    )
+    path: Path | None = Field(None, description="GGUF file. Unset: `laya demo` makes a tiny random one.")
+    quant_type: str | None = Field(
+        None, description="Quantisation the seed's configs name (e.g. Q4_K_M); informational."
+    )
+    n_gpu_layers: int = Field(
+        -1, ge=-1, le=1000, description="Layers on the GPU; -1 = all. Ignored by a CPU-only build."
+    )
+    n_threads: int | None = Field(None, ge=1, le=512, description="CPU threads; unset = llama.cpp's choice.")
+
+
+class RuntimeConfig(BaseModel):
+    model_config = _STRICT
+
+    max_seq_len: int = Field(
+        2048, ge=64, le=1_048_576, description="Context window (n_ctx) in tokens, prompt plus output."
+    )
+    n_parallel: int = Field(
+        1,
+        ge=1,
+        le=1,
+        description="Sequences per worker. Laya runs one at a time per GPU: the queue is the "
+        "backpressure. Start one worker per GPU instead of raising this.",
+    )
+    n_batch: int = Field(512, ge=1, le=8192, description="Prompt tokens llama.cpp evaluates per step.")
+    job_timeout_s: int = Field(
+        600, ge=1, le=86_400, description="Hard limit on one job; checked between tokens."
+    )
+    heartbeat_interval_s: float = Field(
+        2.0, gt=0, le=60, description="How often a running job proves the worker is alive."
+    )
+    heartbeat_ttl_s: int = Field(
+        60, ge=5, le=86_400,
+        description="A running job whose worker sent no heartbeat this long counts as lost. It must "
+        "cover the longest prompt evaluation, which sends none.",
+    )
+    default_max_tokens: int = Field(256, ge=1, le=1_048_576, description="max_tokens when a request gives none.")
+    max_tokens_limit: int = Field(4096, ge=1, le=1_048_576, description="Largest max_tokens a request may ask.")
+
+
+class MemoryConfig(BaseModel):
+    model_config = _STRICT
+
+    kv_cache_policy: Literal["f16", "q8_0", "q4_0"] = Field(
+        "f16", description="KV cache element type; q8_0 halves it (llama.cpp flash attention)."
+    )
+    offload_policy: Literal["disabled", "explicit"] = Field(
+        "disabled",
+        description="disabled: never put layers on the CPU when a GPU was asked for (refuse instead). "
+        "explicit: honour model.n_gpu_layers < all. There is no 'auto': Laya never offloads silently.",
+    )
+    budget_fraction: float = Field(
+        0.85, gt=0.05, le=0.98, description="Share of free memory a plan may use."
+    )
+    margin_mib: int = Field(256, ge=0, le=65_536, description="Safety margin added to every plan.")
+
+    @field_validator("offload_policy", mode="before")
+    @classmethod
+    def _no_auto(cls, value: Any) -> Any:
+        if value == "auto":
+            raise ValueError(
+                "'auto' offload is what swapped the seed's desktop to 0.5 tokens/s; use 'disabled' "
+                "(refuse what does not fit) or 'explicit' with model.n_gpu_layers"
+            )
+        return value
+
+
+class RouterConfig(BaseModel):
+    model_config = _STRICT
+
+    routes_file: Path | None = Field(None, description="TOML rules file; unset = no rules.")
+    models: list[str] = Field(
+        default_factory=list, description="Model names besides model.name that requests may target."
+    )
+    batch_size: int = Field(256, ge=1, le=10_000, description="Stream entries read per round trip.")
+    block_ms: int = Field(1000, ge=1, le=60_000, description="How long one read waits for entries.")
+    claim_idle_ms: int = Field(
+        15_000, ge=100, le=3_600_000, description="Pending entries idle this long are reclaimed."
+    )
+    max_queue_depth: int = Field(
+        256, ge=1, le=10_000_000, description="Admission bound: jobs waiting per model queue."
+    )
+    retry_after_s: float = Field(5.0, ge=0, le=3600, description="Retry-after told to rejected producers.")
+    cache_size: int = Field(100_000, ge=0, le=10_000_000, description="Entries in the in-process LRU.")
+    cache_ttl_s: int = Field(86_400, ge=1, le=31_536_000, description="Lifetime of a cached answer in Redis.")
+    result_ttl_s: int = Field(86_400, ge=10, le=31_536_000, description="Lifetime of a result record.")
+    max_request_bytes: int = Field(1_000_000, ge=256, le=64_000_000, description="Largest request accepted.")
+    max_messages: int = Field(256, ge=1, le=100_000, description="Most chat messages in one request.")
+
+
+class Settings(BaseModel):
+    """The whole configuration tree."""
+
+    model_config = _STRICT
+
+    redis: RedisConfig = Field(default_factory=RedisConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    router: RouterConfig = Field(default_factory=RouterConfig)
+    source: str = Field("<defaults>", exclude=True, description="Where this configuration came from.")
+
+    @property
+    def model_names(self) -> list[str]:
+        return [self.model.name, *(m for m in self.router.models if m != self.model.name)]
+
+
+_SHORT_ENV = {
+    "LAYA_REDIS_URL": ("redis", "url"),
+    "LAYA_MODEL_PATH": ("model", "path"),
+    "LAYA_ROUTES": ("router", "routes_file"),
+}
+
+
+def format_validation_error(source: str, error: ValidationError) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "<root>"
+        value = item.get("input")
+        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        lines.append(f"  {field} = {shown}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    overrides: dict[str, dict[str, str]] = {}
+    for name, value in environ.items():
+        if name in _SHORT_ENV:
+            section, field = _SHORT_ENV[name]
+        elif name.startswith("LAYA_") and "__" in name:
+            section, _, field = name[5:].lower().partition("__")
+        else:
+            continue
+        overrides.setdefault(section, {})[field] = value
+    return overrides
+
+
+def _resolve_paths(data: dict[str, Any], base: Path) -> None:
+    for section, field in (("model", "path"), ("router", "routes_file")):
+        value = data.get(section, {}).get(field)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            data[section][field] = str(base / value)
+
+
+def load_settings(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
+    """Load the configuration once: file (or ``$LAYA_CONFIG``), then environment overrides."""
+    env = os.environ if environ is None else environ
+    path = path or env.get("LAYA_CONFIG") or None
+    data: dict[str, Any] = {}
+    source = "<defaults>"
+    if path is not None:
+        file = Path(path).expanduser()
+        source = str(file)
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{file}: config file not found") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+        _resolve_paths(data, file.parent.resolve())
+    for section, fields in _env_overrides(env).items():
+        if not isinstance(data.setdefault(section, {}), dict):
+            raise ConfigError(f"{source}: [{section}] must be a table")
+        data[section].update(fields)
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(source, exc)) from None
+    settings.source = source
+    return settings
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, safe for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))

@@ -1,0 +1,108 @@
+"""Every error Laya raises, rooted at :class:`LayaError`.
+
+    LayaError
+    ├── ConfigError ............ a config or routes file is invalid (file, field, value, why)
+    ├── RequestError ........... a request is malformed; becomes an ``error:<code>`` result
+    │   ├── InvalidRequest       code ``invalid_request`` / ``invalid_json`` / ``too_large`` ...
+    │   └── UnknownModel         code ``unknown_model``
+    ├── CapacityError
+    │   ├── Overloaded ......... the model queue is at its admission bound (retry later)
+    │   └── DoesNotFit ......... the memory planner refused a configuration
+    ├── InferenceError
+    │   ├── ContextTooLong ..... prompt tokens do not fit the model's context window
+    │   ├── GenerationTimeout .. the job ran past its deadline
+    │   └── ModelLoadError ..... llama.cpp could not load the model
+    ├── GGUFError .............. a file is not a readable GGUF model
+    └── ServerError ............ the Redis/Valkey server could not be reached or started
+
+Every :class:`RequestError` and :class:`InferenceError` carries a stable ``code``
+that ends up in the result record, so producers match on codes, never on text.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CapacityError",
+    "ConfigError",
+    "ContextTooLong",
+    "DoesNotFit",
+    "GGUFError",
+    "GenerationTimeout",
+    "InferenceError",
+    "InvalidRequest",
+    "LayaError",
+    "ModelLoadError",
+    "Overloaded",
+    "RequestError",
+    "ServerError",
+    "UnknownModel",
+]
+
+
+class LayaError(Exception):
+    """Root of every error Laya raises on purpose."""
+
+    code: str = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.field = field
+
+
+class ConfigError(LayaError):
+    code = "bad_config"
+
+
+class RequestError(LayaError):
+    code = "invalid_request"
+
+
+class InvalidRequest(RequestError):
+    code = "invalid_request"
+
+
+class UnknownModel(RequestError):
+    code = "unknown_model"
+
+
+class CapacityError(LayaError):
+    code = "capacity"
+
+
+class Overloaded(CapacityError):
+    code = "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class DoesNotFit(CapacityError):
+    code = "does_not_fit"
+
+
+class InferenceError(LayaError):
+    code = "inference_failed"
+
+
+class ContextTooLong(InferenceError):
+    code = "context_too_long"
+
+
+class GenerationTimeout(InferenceError):
+    code = "timeout"
+
+
+class ModelLoadError(InferenceError):
+    code = "model_load_failed"
+
+
+class GGUFError(LayaError):
+    code = "bad_gguf"
+
+
+class ServerError(LayaError):
+    code = "server_unavailable"

@@ -1,0 +1,60 @@
+"""Every Redis key Laya uses, in one place.
+
+All names start with a deployment prefix (``laya`` by default, ``[redis] prefix``
+in the config) so several deployments can share one server. RQ's own keys
+(``rq:queue:<name>``, ``rq:job:<id>``, ...) are RQ's business; Laya only names
+the queues.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Keys"]
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    prefix: str = "laya"
+
+    @property
+    def ingress(self) -> str:
+        """The stream producers XADD requests to."""
+        return f"{self.prefix}:ingress"
+
+    @property
+    def router_group(self) -> str:
+        """Consumer group shared by every router process."""
+        return "routers"
+
+    @property
+    def router_stats(self) -> str:
+        """Hash of routing counters and decision-latency percentiles."""
+        return f"{self.prefix}:stats:router"
+
+    @property
+    def worker_stats(self) -> str:
+        """Hash of per-worker figures (plan, memory, tokens/s), one field per worker."""
+        return f"{self.prefix}:stats:worker"
+
+    def queue_name(self, model: str) -> str:
+        """RQ queue name for a model; RQ stores it as ``rq:queue:<name>``."""
+        return f"{self.prefix}:llm:{model}"
+
+    def result(self, request_id: str) -> str:
+        return f"{self.prefix}:result:{request_id}"
+
+    def done(self, request_id: str) -> str:
+        """List a single waiter blocks on (BLPOP) until the result is pushed."""
+        return f"{self.prefix}:done:{request_id}"
+
+    def reply(self, channel: str) -> str:
+        """Shared reply list for a producer waiting on many requests."""
+        return f"{self.prefix}:reply:{channel}"
+
+    @property
+    def reply_prefix(self) -> str:
+        return f"{self.prefix}:reply:"
+
+    def cache(self, digest: str) -> str:
+        return f"{self.prefix}:cache:{digest}"

@@ -1,0 +1,384 @@
+"""The ingress router: stream entries in, results or RQ jobs out.
+
+Each batch read from the ingress stream goes through an ordered list of
+stages; the first stage that answers a request ends it:
+
+    decode → cache → rules → admission → enqueue
+
+Stages only decide. Everything a batch writes — result records, RQ jobs, the
+XACK/XDEL of its entries, counters — is committed in one MULTI/EXEC pipeline,
+so a router killed at any moment leaves each entry either fully handled or
+still pending in the stream, where another router (or this one, restarted)
+reclaims it.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq import Queue
+
+from laya.cache import LocalCache, cache_key
+from laya.codec import Limits, decode_request, error_result, salvage_identity
+from laya.config import Settings
+from laya.errors import RequestError
+from laya.jobs import JOB_FUNCTION
+from laya.keys import Keys
+from laya.results import ResultStore
+from laya.rules import RuleSet, load_rules
+from laya.schema import Request, Result, Timings, Usage
+from laya.stats import LatencyWindow
+from laya.text import normalise
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+__all__ = ["Flight", "Router", "run_router"]
+
+log = logging.getLogger("laya.router")
+
+
+@dataclass(slots=True)
+class Flight:
+    """One stream entry on its way through the stages."""
+
+    entry_id: str
+    fields: dict[bytes, bytes]
+    started_ns: int
+    request_id: str = ""
+    reply_to: str | None = None
+    request: Request | None = None
+    normalised: str = ""
+    model: str = ""
+    max_tokens: int = 0
+    cache_key: str | None = None
+    result: Result | None = None
+    enqueue: bool = False
+    route_ns: int = 0
+
+    @property
+    def open(self) -> bool:
+        return self.result is None and not self.enqueue
+
+    def answer(self, result: Result) -> None:
+        self.route_ns = time.perf_counter_ns() - self.started_ns
+        result.timings.route_us = self.route_ns / 1000
+        if self.request is not None:
+            result.metadata = self.request.metadata
+            if self.request.submitted_at is not None:
+                result.timings.total_ms = max(0.0, (time.time() - self.request.submitted_at) * 1000)
+        result.finished_at = time.time()
+        self.result = result
+
+
+class Stage(Protocol):
+    name: str
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None: ...
+
+
+class DecodeStage:
+    """Validate each entry; a bad one gets an ``error:<code>`` result."""
+
+    name = "decode"
+
+    def __init__(self, limits: Limits, default_model: str, default_max_tokens: int) -> None:
+        self.limits = limits
+        self.default_model = default_model
+        self.default_max_tokens = default_max_tokens
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        for flight in flights:
+            try:
+                request = decode_request(flight.fields, self.limits)
+            except RequestError as exc:
+                flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
+                flight.answer(error_result(flight.request_id, exc))
+                continue
+            flight.request = request
+            flight.request_id, flight.reply_to = request.id, request.reply_to
+            flight.model = request.model or self.default_model
+            flight.max_tokens = request.max_tokens or self.default_max_tokens
+            flight.normalised = normalise(request.text)
+            if request.cache:
+                flight.cache_key = cache_key(request, flight.model, flight.max_tokens, flight.normalised)
+
+
+class CacheStage:
+    """Answer from the in-process LRU, then from Redis in one MGET for the batch's misses."""
+
+    name = "cache"
+
+    def __init__(self, local: LocalCache, keys: Keys) -> None:
+        self.local = local
+        self.keys = keys
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        misses = []
+        for flight in flights:
+            if not flight.open or flight.cache_key is None:
+                continue
+            answer = self.local.get(flight.cache_key)
+            if answer is not None:
+                self._answer(flight, answer)
+            else:
+                misses.append(flight)
+        if not misses:
+            return
+        values = redis.mget([self.keys.cache(f.cache_key) for f in misses if f.cache_key])
+        for flight, value in zip(misses, values):
+            if value is None or flight.cache_key is None:
+                continue
+            answer = orjson.loads(value)
+            self.local.put(flight.cache_key, answer)
+            self._answer(flight, answer)
+
+    @staticmethod
+    def _answer(flight: Flight, answer: dict[str, Any]) -> None:
+        flight.answer(Result(
+            id=flight.request_id, route="cache", ok=True, text=answer["text"], model=answer.get("model"),
+            finish_reason=answer.get("finish_reason"), usage=Usage(**answer.get("usage", {})),
+        ))
+
+
+class RulesStage:
+    """Reply from a rule's template, or point the request at the rule's model."""
+
+    name = "rules"
+
+    def __init__(self, rules: RuleSet) -> None:
+        self.rules = rules
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        rules = self.rules  # one reference per batch: a reload swaps it between batches
+        for flight in flights:
+            if not flight.open or flight.request is None:
+                continue
+            match = rules.match(flight.normalised)
+            if match is None:
+                continue
+            spec = match.rule.spec
+            if spec.model is not None:
+                flight.model = spec.model
+                continue
+            text = match.rule.render(prompt=flight.request.text, matched=match.matched, request_id=flight.request_id)
+            flight.answer(Result(id=flight.request_id, route=f"rule:{spec.name}", ok=True, text=text,
+                                 finish_reason="rule"))
+
+
+class AdmissionStage:
+    """Bound each model queue; over the bound a request is refused with a retry-after."""
+
+    name = "admission"
+
+    def __init__(self, max_depth: int, retry_after_s: float) -> None:
+        self.max_depth = max_depth
+        self.retry_after_s = retry_after_s
+        self.depth: dict[str, int] = {}
+        """Queue depths read at the end of the previous commit, plus this batch's admissions."""
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        for flight in flights:
+            if not flight.open:
+                continue
+            depth = self.depth.get(flight.model, 0)
+            if depth >= self.max_depth:
+                flight.answer(Result(
+                    id=flight.request_id, route="rejected:overloaded", ok=False,
+                    retry_after_s=self.retry_after_s,
+                    error={"code": "overloaded", "message": (
+                        f"queue for model {flight.model!r} holds {depth} jobs (bound {self.max_depth}); "
+                        f"retry after {self.retry_after_s:g} s")},
+                ))
+                continue
+            self.depth[flight.model] = depth + 1
+            flight.enqueue = True
+            flight.route_ns = time.perf_counter_ns() - flight.started_ns
+
+
+class Router:
+    """Reads the ingress stream in batches and commits each batch atomically."""
+
+    def __init__(self, settings: Settings, redis: Redis, *, rules: RuleSet | None = None,
+                 consumer: str | None = None) -> None:
+        self.settings = settings
+        self.redis = redis
+        self.keys = Keys(settings.redis.prefix)
+        cfg = settings.router
+        self.consumer = consumer or f"{socket.gethostname()}-{id(self):x}"
+        self.results = ResultStore(redis, self.keys, ttl_s=cfg.result_ttl_s)
+        limits = Limits(max_request_bytes=cfg.max_request_bytes, max_messages=cfg.max_messages,
+                        max_tokens_limit=settings.runtime.max_tokens_limit,
+                        models=frozenset(settings.model_names))
+        self.rules_stage = RulesStage(rules if rules is not None else
+                                      load_rules(cfg.routes_file, models=settings.model_names))
+        self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s)
+        self.stages: list[Stage] = [
+            DecodeStage(limits, settings.model.name, settings.runtime.default_max_tokens),
+            CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys),
+            self.rules_stage,
+            self.admission,
+        ]
+        self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
+                       for name in settings.model_names}
+        self.latency = LatencyWindow()
+        self._counts: Counter[str] = Counter()
+        self._stats_due = 0.0
+        self._claim_due = 0.0
+        self._stopping = False
+
+    # -- setup ---------------------------------------------------------------
+
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(self.keys.ingress, self.keys.router_group, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._refresh_depths(self.redis)
+
+    def _refresh_depths(self, redis: Redis) -> None:
+        for name, queue in self.queues.items():
+            self.admission.depth[name] = int(redis.llen(queue.key))
+
+    def reload_rules(self) -> bool:
+        """Recompile the routes file; on any error keep serving the old rules."""
+        cfg = self.settings.router
+        try:
+            new = load_rules(cfg.routes_file, models=self.settings.model_names)
+        except Exception as exc:  # a bad file must never take the router down
+            log.error("rules reload refused, keeping %d old rules: %s", len(self.rules_stage.rules), exc)
+            return False
+        self.rules_stage.rules = new
+        log.info("rules reloaded: %d rules from %s", len(new), new.source)
+        return True
+
+    # -- the loop ------------------------------------------------------------
+
+    def read_batch(self) -> list[tuple[str, dict[bytes, bytes]]]:
+        cfg = self.settings.router
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = []
+        now = time.monotonic()
+        if now >= self._claim_due:
+            self._claim_due = now + cfg.claim_idle_ms / 2000
+            _, entries, _ = self.redis.xautoclaim(self.keys.ingress, self.keys.router_group, self.consumer,
+                                                  min_idle_time=cfg.claim_idle_ms, start_id="0-0",
+                                                  count=cfg.batch_size)[:3]
+            entries = [e for e in entries if e[1] is not None]
+            if entries:
+                log.warning("reclaimed %d pending entries idle over %d ms", len(entries), cfg.claim_idle_ms)
+        if not entries:
+            reply = self.redis.xreadgroup(self.keys.router_group, self.consumer, {self.keys.ingress: ">"},
+                                          count=cfg.batch_size, block=cfg.block_ms)
+            entries = reply[0][1] if reply else []
+        return [(entry_id.decode(), fields or {}) for entry_id, fields in entries]
+
+    def handle(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> list[Flight]:
+        """Run ``entries`` through the stages and commit the batch."""
+        flights = [Flight(entry_id, fields, time.perf_counter_ns()) for entry_id, fields in entries]
+        for stage in self.stages:
+            stage.run(flights, self.redis)
+        self.commit(flights)
+        return flights
+
+    def commit(self, flights: list[Flight]) -> None:
+        now = time.time()
+        by_queue: dict[str, list[Any]] = {}
+        with self.redis.pipeline(transaction=True) as pipe:
+            for flight in flights:
+                if flight.result is not None:
+                    self.results.queue_write(pipe, flight.result, flight.reply_to)
+                    self._counts[flight.result.route] += 1
+                elif flight.enqueue and flight.request is not None:
+                    by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
+                    self._counts[f"model:{flight.model}"] += 1
+                self.latency.add(flight.route_ns)
+            for model, datas in by_queue.items():
+                self.queues[model].enqueue_many(datas, pipeline=pipe)
+            ids = [f.entry_id for f in flights]
+            if ids:
+                pipe.xack(self.keys.ingress, self.keys.router_group, *ids)
+                pipe.xdel(self.keys.ingress, *ids)
+            for queue in self.queues.values():
+                pipe.llen(queue.key)
+            replies = pipe.execute()
+        for name, depth in zip(self.queues, replies[-len(self.queues):]):
+            self.admission.depth[name] = int(depth)
+
+    def _job_data(self, flight: Flight, now: float) -> Any:
+        assert flight.request is not None
+        payload = {
+            "request": flight.request.model_dump(mode="json", exclude_none=True),
+            "model": flight.model,
+            "max_tokens": flight.max_tokens,
+            "cache_key": flight.cache_key,
+            "routed_at": now,
+            "route_us": flight.route_ns / 1000,
+        }
+        runtime = self.settings.runtime
+        return Queue.prepare_data(
+            JOB_FUNCTION, args=[payload], job_id=flight.request_id,
+            timeout=runtime.job_timeout_s, result_ttl=self.settings.router.result_ttl_s,
+            failure_ttl=self.settings.router.result_ttl_s,
+            description=f"laya {flight.model} {flight.request_id}",
+        )
+
+    def publish_stats(self) -> None:
+        counts, self._counts = self._counts, Counter()
+        with self.redis.pipeline(transaction=False) as pipe:
+            for route, n in counts.items():
+                pipe.hincrby(self.keys.router_stats, f"count:{route}", n)
+            for name, value in self.latency.summary().items():
+                pipe.hset(self.keys.router_stats, name, value)
+            for name, depth in self.admission.depth.items():
+                pipe.hset(self.keys.router_stats, f"queue_depth:{name}", depth)
+            pipe.hset(self.keys.router_stats, "rules", len(self.rules_stage.rules))
+            pipe.hset(self.keys.router_stats, "updated_at", time.time())
+            pipe.execute()
+
+    def stop(self, *_: object) -> None:
+        self._stopping = True
+
+    def run(self) -> None:
+        self.ensure_group()
+        log.info("router %s serving %s (%d rules, models %s)", self.consumer, self.keys.ingress,
+                 len(self.rules_stage.rules), ", ".join(self.queues))
+        backoff = 0.1
+        while not self._stopping:
+            try:
+                entries = self.read_batch()
+                if entries:
+                    self.handle(entries)
+                if time.monotonic() >= self._stats_due:
+                    self._stats_due = time.monotonic() + 1.0
+                    self.publish_stats()
+                backoff = 0.1
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                log.warning("redis unavailable (%s); retrying in %.1f s", type(exc).__name__, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                try:
+                    self.ensure_group()
+                except (RedisConnectionError, RedisTimeoutError):
+                    pass
+        log.info("router %s stopped", self.consumer)
+
+
+def run_router(settings: Settings, redis: Redis) -> None:
+    """Entry point of ``laya router``: serve until SIGINT/SIGTERM; SIGHUP reloads rules."""
+    router = Router(settings, redis)
+    signal.signal(signal.SIGTERM, router.stop)
+    signal.signal(signal.SIGINT, router.stop)
+    signal.signal(signal.SIGHUP, lambda *_: router.reload_rules())
+    router.run()

@@ -1,0 +1,205 @@
+"""The rule engine: simple intents answered without a model.
+
+A routes file (TOML) lists rules. Each rule matches the normalised request
+text one way:
+
+* ``exact``   — the whole text equals a phrase;
+* ``prefix``  — the text starts with a phrase;
+* ``keyword`` — a phrase occurs as whole words anywhere in the text;
+* ``regex``   — a Python regular expression ``search``es the text.
+
+and either ``reply``\\ s with a template (``$prompt``, ``$match``, ``$id``) or
+sends the request to a named ``model``.
+
+**Order.** Rules are ranked by ``priority`` (higher first), then by their place
+in the file. The rule that answers is the best-ranked rule that matches — the
+same answer as trying every rule in rank order and stopping at the first match.
+
+Rules are compiled once (on load and reload): exact phrases in a dict,
+prefixes in a dict per distinct length, keywords in one Aho–Corasick
+automaton, regexes last, and only those ranked above the best match so far.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import ahocorasick
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from laya.config import format_validation_error
+from laya.errors import ConfigError
+from laya.text import normalise
+
+__all__ = ["Match", "Rule", "RuleSet", "RuleSpec", "RulesFile", "load_rules"]
+
+
+class RuleSpec(BaseModel):
+    """One ``[[rule]]`` table of a routes file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Shown in results as rule:<name>.")
+    match: Literal["exact", "prefix", "keyword", "regex"]
+    patterns: list[str] = Field(min_length=1, description="Phrases (or regexes) this rule matches.")
+    reply: str | None = Field(None, description="Answer template: $prompt, $match, $id.")
+    model: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Send to this model.")
+    priority: int = Field(0, ge=-1_000_000, le=1_000_000, description="Higher is tried first.")
+
+    @model_validator(mode="after")
+    def _one_action(self) -> RuleSpec:
+        if (self.reply is None) == (self.model is None):
+            raise ValueError("give exactly one of 'reply' (answer now) or 'model' (send to that model)")
+        if any(not p.strip() for p in self.patterns):
+            raise ValueError("patterns must not be empty")
+        return self
+
+
+class RulesFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rule: list[RuleSpec] = Field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    rank: int
+    spec: RuleSpec
+    template: string.Template | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def render(self, *, prompt: str, matched: str, request_id: str) -> str:
+        if self.template is None:
+            return self.spec.reply or ""
+        return self.template.safe_substitute(prompt=prompt, match=matched, id=request_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    rule: Rule
+    matched: str
+
+
+_NO_MATCH = 1 << 62
+
+
+class RuleSet:
+    """Compiled rules. Immutable: a reload builds a new one and swaps the reference."""
+
+    def __init__(self, specs: list[RuleSpec], *, source: str = "<memory>") -> None:
+        self.source = source
+        ordered = sorted(enumerate(specs), key=lambda item: (-item[1].priority, item[0]))
+        self.rules = [Rule(rank, spec, _template(spec)) for rank, (_, spec) in enumerate(ordered)]
+        self._exact: dict[str, int] = {}
+        self._prefix: dict[str, int] = {}
+        self._keywords = ahocorasick.Automaton()
+        self._regex: list[tuple[int, re.Pattern[str]]] = []
+        for rule in self.rules:
+            self._compile(rule)
+        self._prefix_lengths = sorted({len(p) for p in self._prefix})
+        self._has_keywords = len(self._keywords) > 0
+        if self._has_keywords:
+            self._keywords.make_automaton()
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def _compile(self, rule: Rule) -> None:
+        spec = rule.spec
+        for pattern in spec.patterns:
+            if spec.match == "regex":
+                try:
+                    self._regex.append((rule.rank, re.compile(pattern)))
+                except re.error as exc:
+                    raise ConfigError(f"{self.source}: rule {spec.name!r}: bad regex {pattern!r}: {exc}") from None
+                continue
+            phrase = normalise(pattern)
+            if spec.match == "exact":
+                self._exact.setdefault(phrase, rule.rank)
+            elif spec.match == "prefix":
+                self._prefix.setdefault(phrase, rule.rank)
+            elif phrase not in self._keywords:
+                self._keywords.add_word(phrase, (rule.rank, phrase))
+
+    def match(self, text: str) -> Match | None:
+        """The best-ranked rule matching already-normalised ``text``, or ``None``."""
+        best, matched = self._exact.get(text, _NO_MATCH), text
+        for length in self._prefix_lengths:
+            if length > len(text):
+                break
+            rank = self._prefix.get(text[:length])
+            if rank is not None and rank < best:
+                best, matched = rank, text[:length]
+        if self._has_keywords:
+            for end, (rank, phrase) in self._keywords.iter(text):
+                if rank < best and _whole_words(text, end + 1 - len(phrase), end + 1):
+                    best, matched = rank, phrase
+        for rank, regex in self._regex:
+            if rank >= best:
+                break
+            found = regex.search(text)
+            if found:
+                best, matched = rank, found.group(0)
+                break
+        if best == _NO_MATCH:
+            return None
+        return Match(self.rules[best], matched)
+
+
+def _whole_words(text: str, start: int, end: int) -> bool:
+    return (start == 0 or not text[start - 1].isalnum()) and (end == len(text) or not text[end].isalnum())
+
+
+def _template(spec: RuleSpec) -> string.Template | None:
+    if spec.reply is None or "$" not in spec.reply:
+        return None
+    template = string.Template(spec.reply)
+    if not template.is_valid():
+        raise ConfigError(f"rule {spec.name!r}: bad reply template {spec.reply!r}; write $$ for a dollar sign")
+    unknown = set(template.get_identifiers()) - {"prompt", "match", "id"}
+    if unknown:
+        raise ConfigError(f"rule {spec.name!r}: unknown template variable(s) {sorted(unknown)}; "
+                          "use $prompt, $match or $id")
+    return template
+
+
+def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> RuleSet:
+    """Read and compile a routes file; ``None`` gives an empty rule set.
+
+    ``models`` are the model names the deployment serves: a rule sending to any
+    other name is refused here rather than at the first request it matches.
+    """
+    if path is None:
+        return RuleSet([], source="<no rules>")
+    file = Path(path)
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: routes file not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    try:
+        parsed = RulesFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(str(file), exc)) from None
+    names = [spec.name for spec in parsed.rule]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError(f"{file}: rule names must be unique; repeated: {duplicates}")
+    if models is not None:
+        for spec in parsed.rule:
+            if spec.model is not None and spec.model not in models:
+                raise ConfigError(f"{file}: rule {spec.name!r}: model = {spec.model!r} is not served; "
+                                  f"known: {models}")
+    try:
+        return RuleSet(parsed.rule, source=str(file))
+    except ConfigError as exc:
+        raise ConfigError(exc.message if exc.message.startswith(str(file)) else f"{file}: {exc.message}") from None

@@ -1,0 +1,119 @@
+"""Request and result records: what producers send and what they get back.
+
+A request carries a prompt *or* chat messages, generation parameters, an
+optional target model and free-form metadata. Its ``id`` follows it from submit
+to result. Every request ends in exactly one :class:`Result` whose ``route``
+says how it was answered: ``cache``, ``rule:<name>``, ``model:<name>``,
+``error:<code>`` or ``rejected:overloaded``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+
+__all__ = ["ErrorInfo", "Message", "Request", "Result", "Timings", "Usage", "new_request_id"]
+
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+
+MetaValue = StrictStr | StrictInt | StrictFloat | StrictBool | None
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: StrictStr
+
+
+class Request(BaseModel):
+    """One text request. Unknown fields are refused so typos do not pass silently."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, Field(pattern=REQUEST_ID_PATTERN)] = Field(default_factory=new_request_id)
+    prompt: StrictStr | None = None
+    messages: list[Message] | None = None
+    model: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None = None
+    max_tokens: StrictInt | None = Field(None, ge=1, description="Default: runtime.default_max_tokens.")
+    temperature: float = Field(0.0, ge=0.0, le=5.0)
+    top_p: float = Field(0.95, gt=0.0, le=1.0)
+    top_k: StrictInt = Field(40, ge=0, le=100_000)
+    repeat_penalty: float = Field(1.0, ge=0.0, le=10.0)
+    seed: StrictInt | None = Field(None, ge=0, le=2**32 - 1)
+    stop: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(default_factory=list, max_length=16)
+    cache: StrictBool = Field(True, description="Answer from / store into the response cache.")
+    metadata: dict[Annotated[str, Field(max_length=128)], MetaValue] = Field(default_factory=dict, max_length=64)
+    reply_to: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = Field(
+        None, description="Shared reply channel of a producer waiting on many requests."
+    )
+    submitted_at: float | None = Field(None, description="Producer's clock (unix seconds) at submit.")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> Request:
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of 'prompt' or 'messages'")
+        if self.prompt is not None and not self.prompt.strip():
+            raise ValueError("'prompt' is empty; send the text to answer")
+        if self.messages is not None and not any(m.content.strip() for m in self.messages):
+            raise ValueError("'messages' is empty; send at least one message with content")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The text rules and the cache look at: the prompt, or the last user message."""
+        if self.prompt is not None:
+            return self.prompt
+        assert self.messages is not None
+        for message in reversed(self.messages):
+            if message.role == "user":
+                return message.content
+        return self.messages[-1].content
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+    field: str | None = None
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Timings(BaseModel):
+    """How long each stage took. Absent stages stay ``None``."""
+
+    route_us: float | None = Field(None, description="Router decision: decode to verdict, microseconds.")
+    queue_wait_ms: float | None = None
+    ttft_ms: float | None = Field(None, description="Job start to first token.")
+    generation_ms: float | None = None
+    tokens_per_s: float | None = None
+    total_ms: float | None = Field(None, description="Producer submit to result written.")
+
+
+class Result(BaseModel):
+    id: str
+    route: str
+    ok: bool
+    text: str | None = None
+    model: str | None = None
+    finish_reason: str | None = None
+    error: ErrorInfo | None = None
+    retry_after_s: float | None = None
+    usage: Usage = Field(default_factory=Usage)
+    timings: Timings = Field(default_factory=Timings)
+    metadata: dict[str, MetaValue] = Field(default_factory=dict)
+    finished_at: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """``cache``, ``rule``, ``model``, ``error`` or ``rejected``."""
+        return self.route.partition(":")[0]

@@ -1,0 +1,33 @@
+"""Decision-latency figures the router keeps for operators."""
+
+from __future__ import annotations
+
+from collections import deque
+
+__all__ = ["LatencyWindow", "percentile"]
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (``q`` in 0..100)."""
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q / 100 * len(sorted_values) + 0.5) - 1))
+    return sorted_values[index]
+
+
+class LatencyWindow:
+    """The last ``size`` routing decisions, in nanoseconds."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._values: deque[int] = deque(maxlen=size)
+
+    def add(self, ns: int) -> None:
+        self._values.append(ns)
+
+    def summary(self) -> dict[str, float]:
+        values = sorted(self._values)
+        return {
+            "route_us_p50": round(percentile(values, 50) / 1000, 2),
+            "route_us_p99": round(percentile(values, 99) / 1000, 2),
+            "route_window": len(values),
+        }

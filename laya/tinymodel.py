@@ -1,0 +1,147 @@
+"""Write a tiny llama-architecture GGUF whose output is known in advance.
+
+Tests and ``laya demo`` need a real model that llama.cpp loads in milliseconds
+and that answers deterministically. Random weights babble and stop at random,
+so this model is wired by hand instead:
+
+* the vocabulary is ``<unk> <s> </s>`` plus the 256 byte tokens, so any text
+  tokenises;
+* token embeddings are one-hot (``dim >= vocab``) and every attention output and
+  FFN down projection is zero, so the hidden state at the last layer *is* the
+  current token's embedding;
+* the output matrix is then a lookup table ``next = f(current)``: after a
+  lowercase letter comes the next letter of the alphabet, after ``z`` the end
+  token, and after anything else ``a``.
+
+So the prompt ``"hello"`` is always answered ``"pqrstuvwxyz"`` and the model
+stops by itself; with ``stops=False`` ``z`` wraps to ``a`` and generation runs
+until ``max_tokens`` (for timeout and heartbeat tests). Attention and FFN
+weights still exist at full size, so the file's memory footprint is that of a
+real model of the same shape: use ``dim=512, n_layer=8`` for a ~60 MB model.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["TinyModelSpec", "expected_completion", "write_tiny_model"]
+
+N_SPECIAL = 3  # <unk> <s> </s>
+VOCAB = N_SPECIAL + 256
+EOS = 2
+_LOGIT = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class TinyModelSpec:
+    dim: int = 288
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int | None = None
+    """Per-head size; ``None`` means ``dim // n_head`` (written as key/value_length otherwise)."""
+    ff: int = 384
+    context_length: int = 4096
+    stops: bool = True
+    dtype: str = "f16"
+    name: str = "laya-tiny"
+
+
+def _byte_token(byte: int) -> int:
+    return N_SPECIAL + byte
+
+
+def _next_token_table(stops: bool) -> np.ndarray:
+    table = np.full(VOCAB, _byte_token(ord("a")), dtype=np.int64)
+    letters = string.ascii_lowercase
+    for a, b in zip(letters, letters[1:]):
+        table[_byte_token(ord(a))] = _byte_token(ord(b))
+    table[_byte_token(ord("z"))] = EOS if stops else _byte_token(ord("a"))
+    return table
+
+
+def expected_completion(prompt: str, max_tokens: int, *, stops: bool = True) -> str:
+    """What the tiny model answers to a plain-text prompt under greedy decoding."""
+    last = prompt[-1] if prompt else " "
+    out = []
+    char = chr(ord(last) + 1) if "a" <= last < "z" else ("a" if last != "z" else None)
+    while char is not None and len(out) < max_tokens:
+        out.append(char)
+        char = chr(ord(char) + 1) if char < "z" else ("a" if not stops else None)
+    return "".join(out)
+
+
+def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Path:
+    """Write the model to ``path`` and return it. Takes milliseconds."""
+    import gguf  # only needed here; keeps the router free of numpy-heavy imports
+
+    spec = spec or TinyModelSpec()
+    if spec.dim < VOCAB:
+        raise ValueError(f"dim must be >= {VOCAB} for one-hot embeddings, got {spec.dim}")
+    head_dim = spec.head_dim or spec.dim // spec.n_head
+    ftype = np.float16 if spec.dtype == "f16" else np.float32
+    rng = np.random.default_rng(0)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(spec.name)
+    writer.add_context_length(spec.context_length)
+    writer.add_embedding_length(spec.dim)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_layer_norm_rms_eps(1e-5)
+    if spec.head_dim is not None:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32)
+
+    tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * VOCAB)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(EOS)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+
+    embedding = np.zeros((VOCAB, spec.dim), dtype=np.float32)
+    embedding[np.arange(VOCAB), np.arange(VOCAB)] = 1.0
+    output = np.zeros((VOCAB, spec.dim), dtype=np.float32)
+    table = _next_token_table(spec.stops)
+    output[table, np.arange(VOCAB)] = _LOGIT
+
+    def small(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(ftype)
+
+    writer.add_tensor("token_embd.weight", embedding.astype(ftype))
+    writer.add_tensor("output_norm.weight", np.ones(spec.dim, dtype=np.float32))
+    writer.add_tensor("output.weight", output.astype(ftype))
+    q_dim, kv_dim = spec.n_head * head_dim, spec.n_head_kv * head_dim
+    for layer in range(spec.n_layer):
+        prefix = f"blk.{layer}"
+        writer.add_tensor(f"{prefix}.attn_norm.weight", np.ones(spec.dim, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.attn_q.weight", small(q_dim, spec.dim))
+        writer.add_tensor(f"{prefix}.attn_k.weight", small(kv_dim, spec.dim))
+        writer.add_tensor(f"{prefix}.attn_v.weight", small(kv_dim, spec.dim))
+        # Zero output projections keep the residual stream equal to the embedding.
+        writer.add_tensor(f"{prefix}.attn_output.weight", np.zeros((spec.dim, q_dim), dtype=ftype))
+        writer.add_tensor(f"{prefix}.ffn_norm.weight", np.ones(spec.dim, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.ffn_gate.weight", small(spec.ff, spec.dim))
+        writer.add_tensor(f"{prefix}.ffn_up.weight", small(spec.ff, spec.dim))
+        writer.add_tensor(f"{prefix}.ffn_down.weight", np.zeros((spec.dim, spec.ff), dtype=ftype))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

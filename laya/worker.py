@@ -1,0 +1,116 @@
+"""The GPU worker: an RQ ``SimpleWorker`` that loads the model once.
+
+RQ's default ``Worker`` forks a child per job; a CUDA context does not survive
+a fork and reloading gigabytes of weights per job is absurd. ``SimpleWorker``
+runs jobs in-process, one at a time, but sends no heartbeat while a job runs
+and its SIGALRM timeout cannot interrupt native code. So this worker:
+
+* loads the backend before ``work()`` and hands it to jobs through
+  :func:`laya.jobs.install_runtime`;
+* heartbeats from the token loop (throttled to ``runtime.heartbeat_interval_s``)
+  and checks the job deadline there, instead of RQ's alarm;
+* runs nothing but :data:`laya.jobs.ALLOWED_FUNCTIONS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any
+
+from rq import Queue, SimpleWorker
+from rq.job import Job
+from rq.timeouts import BaseDeathPenalty
+from rq.utils import now
+
+from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime
+from laya.keys import Keys
+from laya.results import ResultStore
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from laya.backend import LLMBackend
+    from laya.config import Settings
+
+__all__ = ["LayaWorker", "run_worker"]
+
+log = logging.getLogger("laya.worker")
+
+
+class TokenLoopDeadline(BaseDeathPenalty):
+    """No alarm: the token loop enforces the deadline itself (an alarm cannot stop native code)."""
+
+    def setup_death_penalty(self) -> None:
+        pass
+
+    def cancel_death_penalty(self) -> None:
+        pass
+
+
+class LayaWorker(SimpleWorker):
+    death_penalty_class = TokenLoopDeadline
+
+    def __init__(self, queues: list[Queue], *, settings: Settings, backend: LLMBackend,
+                 connection: Redis, **kwargs: Any) -> None:
+        super().__init__(queues, connection=connection, serializer="json", **kwargs)
+        self.settings = settings
+        self.backend = backend
+        keys = Keys(settings.redis.prefix)
+        self._current: tuple[Job, Any] | None = None
+        self._last_beat = 0.0
+        install_runtime(WorkerRuntime(
+            backend=backend,
+            results=ResultStore(connection, keys, ttl_s=settings.router.result_ttl_s),
+            redis=connection, keys=keys,
+            job_timeout_s=settings.runtime.job_timeout_s,
+            cache_ttl_s=settings.router.cache_ttl_s,
+            heartbeat=self.beat,
+        ))
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        return self.settings.runtime.heartbeat_ttl_s
+
+    def beat(self) -> None:
+        """Prove liveness for the running job, at most once per heartbeat interval."""
+        current = self._current
+        clock = time.monotonic()
+        if current is None or clock - self._last_beat < self.settings.runtime.heartbeat_interval_s:
+            return
+        self._last_beat = clock
+        self.maintain_heartbeats(*current)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        execution = self.prepare_execution(job)
+        if job.func_name not in ALLOWED_FUNCTIONS:
+            log.error("refused job %s: %r is not a Laya job function", job.id, job.func_name)
+            job.started_at = job.ended_at = now()
+            self.handle_job_failure(job, queue, exc_string=(
+                f"refused: {job.func_name!r} is not a Laya job function; Laya workers run only "
+                f"{sorted(ALLOWED_FUNCTIONS)}"), execution=execution)
+        else:
+            self._current, self._last_beat = (job, execution), time.monotonic()
+            try:
+                self.perform_job(job, queue, execution)
+            finally:
+                self._current = None
+        self.set_state("idle")
+
+
+def run_worker(settings: Settings, redis: Redis, *, burst: bool = False,
+               backend: LLMBackend | None = None) -> bool:
+    """Entry point of ``laya worker``: load the model, then serve its queue."""
+    if backend is None:
+        from laya.backend import LlamaBackend
+
+        started = time.monotonic()
+        backend = LlamaBackend(settings)
+        log.info("model %s loaded from %s in %.2f s (n_ctx %d)", settings.model.name, settings.model.path,
+                 time.monotonic() - started, backend.n_ctx)
+    keys = Keys(settings.redis.prefix)
+    queue = Queue(keys.queue_name(settings.model.name), connection=redis, serializer="json")
+    name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
+    worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis, name=name)
+    return bool(worker.work(burst=burst, with_scheduler=False, logging_level="WARNING"))
