@@ -1,0 +1,121 @@
+"""Real processes: `laya router` and `laya worker` as subprocesses, a real Valkey, the real `rq info`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from laya.client import Client
+from laya.codec import FIELD
+from laya.tinymodel import expected_completion
+
+from ..conftest import Server, free_port
+
+BIN = Path(sys.executable).parent
+
+
+def laya_env(url: str, model: Path, routes: Path) -> dict[str, str]:
+    return {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes),
+            "LAYA_ROUTER__BLOCK_MS": "100"}
+
+
+@pytest.fixture
+def processes(redis: Redis, redis_server: Server, tiny_model: Path, routes_file: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    env = laya_env(redis_server.url, tiny_model, routes_file)
+    procs = {role: subprocess.Popen([sys.executable, "-m", "laya", role], env=env) for role in ("router", "worker")}
+    yield procs
+    for proc in procs.values():
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs.values():
+        proc.wait(timeout=20)
+
+
+def test_mixed_traffic_through_real_processes(redis: Redis, redis_server: Server,
+                                              processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    client = Client(redis)
+    expected: dict[str, tuple[str, str | None]] = {}
+    for i in range(40):
+        expected[client.submit(["hello", "hi", "ping", "our opening hours please"][i % 4])] = (
+            "rule", ["Hello!", "Hello!", None, "9 to 5"][i % 4])
+    model_prompts = [f"job {i} ends in letter {chr(ord('a') + i % 26)}" for i in range(30)]
+    for prompt in model_prompts:
+        expected[client.submit(prompt, max_tokens=30)] = ("model", expected_completion(prompt, 30))
+    deadline = time.monotonic() + 60
+    while redis.llen("rq:queue:laya:llm:default") or redis.xlen("laya:ingress"):
+        assert time.monotonic() < deadline, "the worker did not drain its queue"
+        time.sleep(0.05)
+    while not all(client.result(i) for i, (kind, _) in expected.items() if kind == "model"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    for prompt in model_prompts:  # identical requests again: the cache answers
+        expected[client.submit(prompt, max_tokens=30)] = ("cache", expected_completion(prompt, 30))
+    bad = client.submit_raw({FIELD: b"{definitely not json"})
+    wrong = client.submit_raw({FIELD: orjson.dumps({"id": "wrong-types", "prompt": ["a"], "max_tokens": "many"})})
+    expected[bad] = ("error", None)
+    expected["wrong-types"] = ("error", None)
+    assert wrong
+
+    results = {rid: client.wait(rid, timeout=30) for rid in expected}
+    assert len(results) >= 100
+    for rid, (kind, text) in expected.items():
+        result = results[rid]
+        assert result.kind == kind, (rid, result)
+        if text is not None:
+            assert result.text == text
+    assert results[bad].error.code == "invalid_json"  # type: ignore[union-attr]
+    assert all(p.poll() is None for p in processes.values()), "a process died"
+
+    info = subprocess.run([str(BIN / "rq"), "info", "-u", redis_server.url, "--raw"], capture_output=True,
+                          text=True, timeout=30, check=True).stdout
+    assert "laya:llm:default" in info
+    assert "laya-default-" in info  # the worker, named after its model
+
+
+@pytest.mark.skipif(shutil.which("pgrep") is None, reason="needs pgrep")
+def test_laya_up_serves_and_stops_cleanly_on_sigint(tmp_path: Path, tiny_model: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+    env.update({"LAYA_REDIS__EMBEDDED_PORT": str(port), "LAYA_MODEL_PATH": str(tiny_model)})
+    up = subprocess.Popen([str(BIN / "laya"), "up"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert up.stderr is not None
+        for line in up.stderr:
+            if "laya is up" in line:
+                break
+            assert up.poll() is None, "laya up exited early"
+        answer = subprocess.run([str(BIN / "laya"), "submit", "--wait", "--timeout", "30", "jello"], env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert answer.returncode == 0, answer.stderr
+        assert answer.stdout.strip() == "pqrstuvwxyz"
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0
+    leftovers = subprocess.run(["pgrep", "-af", f"valkey-server.*:{port}|-m laya (router|worker)"],
+                               capture_output=True, text=True).stdout
+    assert leftovers == ""
+    with pytest.raises(RedisConnectionError):
+        Redis(port=port, socket_connect_timeout=1).ping()
+
+
+def test_demo_runs_to_its_summary(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+    demo = subprocess.run([str(BIN / "laya"), "demo", "--requests", "6"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    assert "its text is meaningless" in demo.stderr.lower()
+    second_pass = demo.stdout.split("second pass")[1]
+    for route in ("cache", "rule:greeting", "rule:ping", "error:invalid_request", "error:invalid_json"):
+        assert route in second_pass
+    assert "model:default" in demo.stdout.split("second pass")[0]
+    assert "0 resubmitted" in second_pass

@@ -1,0 +1,138 @@
+"""The router against a real Valkey: stages, the atomic batch commit, RQ jobs, reloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from redis import Redis
+from rq import Queue
+
+from laya.client import Client
+from laya.codec import FIELD
+from laya.config import Settings
+from laya.jobs import JOB_FUNCTION
+from laya.router import Router
+
+
+def make_router(settings: Settings, redis: Redis, **router_cfg: object) -> Router:
+    if router_cfg:
+        settings = settings.model_copy(update={"router": settings.router.model_copy(update=router_cfg)})
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    return router
+
+
+def pump(router: Router) -> int:
+    handled = 0
+    while entries := router.read_batch():
+        handled += len(router.handle(entries))
+    return handled
+
+
+def test_rules_answer_and_model_requests_become_rq_jobs(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    client = Client(redis)
+    greet = client.submit("Hello")
+    ping = client.submit("ping me", id="p-1")
+    model = client.submit("Tell me a story", max_tokens=7)
+    routed = client.submit("Summarize: hours")  # a rule that sends to the model
+    assert pump(router) == 4
+
+    assert client.result(greet).route == "rule:greeting"  # type: ignore[union-attr]
+    assert client.result(ping).text == "pong p-1"  # type: ignore[union-attr]
+    assert client.result(model) is None and client.result(routed) is None
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    assert set(queue.job_ids) == {model, routed}
+    job = queue.fetch_job(model)
+    assert job is not None and job.func_name == JOB_FUNCTION
+    payload = job.args[0]
+    assert payload["max_tokens"] == 7 and payload["request"]["prompt"] == "Tell me a story"
+    # Everything was acknowledged and removed from the stream in the same commit.
+    assert redis.xlen("laya:ingress") == 0
+    assert redis.xpending("laya:ingress", "routers")["pending"] == 0
+
+
+def test_bad_entries_get_error_results_and_the_router_goes_on(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    client = Client(redis)
+    no_field = client.submit_raw({"prompt": "hi"})
+    bad_json = client.submit_raw({FIELD: b"{oops"})
+    wrong_type = client.submit_raw({FIELD: orjson.dumps({"id": "w1", "prompt": 5})})
+    binary = client.submit_raw({FIELD: b"\x00\xff\xfe" * 10})
+    ok = client.submit("hi")
+    pump(router)
+    codes = {rid: client.result(rid).error.code for rid in (no_field, bad_json, "w1", binary)}  # type: ignore[union-attr]
+    assert codes == {no_field: "invalid_request", bad_json: "invalid_json", "w1": "invalid_request",
+                     binary: "invalid_json"}
+    assert client.result(ok).route == "rule:greeting"  # type: ignore[union-attr]
+    assert "prompt" in client.result("w1").error.message  # type: ignore[union-attr]
+    assert wrong_type
+
+
+def test_cache_answers_from_redis_then_from_memory(settings: Settings, redis: Redis) -> None:
+    from laya.cache import cache_key
+    from laya.schema import Request
+
+    router = make_router(settings, redis)
+    request = Request(prompt="What is Laya?", max_tokens=16)
+    key = cache_key(request, "default", 16)
+    redis.set(f"laya:cache:{key}", orjson.dumps({"text": "a router", "model": "default", "finish_reason": "stop",
+                                                 "usage": {"prompt_tokens": 4, "completion_tokens": 2}}))
+    client = Client(redis)
+    first = client.submit("what is   LAYA?", max_tokens=16)
+    pump(router)
+    redis.delete(f"laya:cache:{key}")  # now only the router's LRU has it
+    second = client.submit("What is Laya?", max_tokens=16)
+    uncached = client.submit("What is Laya?", max_tokens=16, cache=False)
+    pump(router)
+    assert client.result(first).route == client.result(second).route == "cache"  # type: ignore[union-attr]
+    assert client.result(second).text == "a router"  # type: ignore[union-attr]
+    assert client.result(uncached) is None  # queued for the model instead
+
+
+def test_admission_refuses_over_the_bound_with_retry_after(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis, max_queue_depth=3, retry_after_s=7.0)
+    client = Client(redis)
+    ids = [client.submit(f"story number {i}") for i in range(5)]
+    pump(router)
+    results = [client.result(i) for i in ids]
+    assert [r.route for r in results if r is not None] == ["rejected:overloaded"] * 2
+    assert all(r.retry_after_s == 7.0 and r.error.code == "overloaded" for r in results if r)  # type: ignore[union-attr]
+    assert redis.llen("rq:queue:laya:llm:default") == 3
+
+
+def test_a_result_is_written_once(settings: Settings, redis: Redis) -> None:
+    from laya.results import ResultStore
+    from laya.schema import Result
+
+    store = ResultStore(redis, make_router(settings, redis).keys, ttl_s=60)
+    assert store.write(Result(id="x", route="model:default", ok=True, text="first"), None)
+    assert not store.write(Result(id="x", route="model:default", ok=True, text="second"), None)
+    assert store.get("x").text == "first"  # type: ignore[union-attr]
+    assert redis.llen("laya:done:x") == 1
+
+
+def test_reload_swaps_rules_and_a_bad_file_keeps_the_old_ones(settings: Settings, redis: Redis,
+                                                              tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[rule]]\nname="a"\nmatch="exact"\npatterns=["one"]\nreply="1"\n')
+    router = make_router(settings, redis, routes_file=routes)
+    client = Client(redis)
+    routes.write_text('[[rule]]\nname="b"\nmatch="exact"\npatterns=["two"]\nreply="2"\n')
+    assert router.reload_rules()
+    routes.write_text('[[rule]]\nname="c"\nmatch="regex"\npatterns=["("]\nreply="3"\n')
+    assert not router.reload_rules()
+    two = client.submit("two")
+    pump(router)
+    assert client.result(two).route == "rule:b"  # type: ignore[union-attr]
+
+
+def test_stats_are_published_for_operators(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    Client(redis).submit("hello")
+    pump(router)
+    router.publish_stats()
+    stats = redis.hgetall("laya:stats:router")
+    assert stats[b"count:rule:greeting"] == b"1"
+    assert float(stats[b"route_us_p50"]) > 0

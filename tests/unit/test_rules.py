@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from laya.errors import ConfigError
+from laya.rules import RuleSet, RuleSpec, load_rules
+from laya.text import normalise
+
+
+def rule(name: str, match: str, *patterns: str, priority: int = 0, reply: str | None = "r",
+         model: str | None = None) -> RuleSpec:
+    return RuleSpec(name=name, match=match, patterns=list(patterns), priority=priority,  # type: ignore[arg-type]
+                    reply=None if model else reply, model=model)
+
+
+def naive_match(specs: list[RuleSpec], text: str) -> str | None:
+    """The documented semantics, spelled out: try rules in rank order, first match wins."""
+    ranked = sorted(enumerate(specs), key=lambda item: (-item[1].priority, item[0]))
+    for _, spec in ranked:
+        for pattern in spec.patterns:
+            phrase = normalise(pattern)
+            if spec.match == "exact" and text == phrase:
+                return spec.name
+            if spec.match == "prefix" and text.startswith(phrase):
+                return spec.name
+            if spec.match == "keyword" and re.search(rf"(?<![^\W_]){re.escape(phrase)}(?![^\W_])", text):
+                return spec.name
+            if spec.match == "regex" and re.search(pattern, text):
+                return spec.name
+    return None
+
+
+def test_each_kind_matches() -> None:
+    rules = RuleSet([rule("e", "exact", "Hello  There"), rule("p", "prefix", "translate:"),
+                     rule("k", "keyword", "refund"), rule("x", "regex", r"order #\d+")])
+    assert rules.match(normalise("hello there")).rule.name == "e"  # type: ignore[union-attr]
+    assert rules.match("translate: bonjour").rule.name == "p"  # type: ignore[union-attr]
+    assert rules.match("i want a refund now").rule.name == "k"  # type: ignore[union-attr]
+    assert rules.match("where is order #123?").matched == "order #123"  # type: ignore[union-attr]
+    assert rules.match("refunds are words too") is None  # keyword matches whole words only
+    assert rules.match("hello there friend") is None
+
+
+def test_priority_then_file_order() -> None:
+    rules = RuleSet([rule("first", "keyword", "cat"), rule("second", "keyword", "cat"),
+                     rule("urgent", "regex", "c.t", priority=5)])
+    assert rules.match("a cat").rule.name == "urgent"  # type: ignore[union-attr]
+    same_priority = RuleSet([rule("first", "keyword", "cat"), rule("second", "keyword", "cat")])
+    assert same_priority.match("a cat").rule.name == "first"  # type: ignore[union-attr]
+
+
+def test_templates_render_prompt_match_and_id() -> None:
+    rules = RuleSet([rule("echo", "prefix", "echo:", reply="[$id] $match -> $prompt")])
+    found = rules.match("echo: hi")
+    assert found is not None
+    assert found.rule.render(prompt="Echo: HI", matched=found.matched, request_id="r1") == "[r1] echo: -> Echo: HI"
+
+
+WORDS = ["cat", "dog", "order", "refund", "hi", "a b", "ca"]
+specs_strategy = st.lists(
+    st.builds(lambda kind, pats, prio: (kind, pats, prio),
+              st.sampled_from(["exact", "prefix", "keyword", "regex"]),
+              st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.integers(-2, 2)),
+    min_size=1, max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(specs_strategy, st.lists(st.sampled_from(WORDS + ["x", "!"]), max_size=6))
+def test_compiled_engine_agrees_with_rank_order_scan(raw: list[tuple[str, list[str], int]], words: list[str]) -> None:
+    specs = [rule(f"r{i}", kind, *pats, priority=prio) for i, (kind, pats, prio) in enumerate(raw)]
+    text = normalise(" ".join(words))
+    found = RuleSet(specs).match(text)
+    assert (found.rule.name if found else None) == naive_match(specs, text)
+
+
+def test_load_rules_refuses_bad_files(tmp_path: Path) -> None:
+    path = tmp_path / "r.toml"
+    cases = {
+        '[[rule]]\nname="a"\nmatch="regex"\npatterns=["("]\nreply="x"\n': "bad regex",
+        '[[rule]]\nname="a"\nmatch="fuzzy"\npatterns=["x"]\nreply="x"\n': "rule.0.match",
+        '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\n': "exactly one of 'reply'",
+        '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\nreply="$who"\n': "unknown template variable",
+        '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\nmodel="big"\n': "not served",
+        '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\nreply="1"\n[[rule]]\nname="a"\nmatch="exact"\n'
+        'patterns=["y"]\nreply="2"\n': "unique",
+    }
+    for body, message in cases.items():
+        path.write_text(body)
+        with pytest.raises(ConfigError, match=re.escape(message)) as info:
+            load_rules(path, models=["default"])
+        assert str(path) in info.value.message
+
+
+def test_example_routes_file_loads() -> None:
+    example = Path(__file__).resolve().parents[2] / "configs" / "routes.example.toml"
+    rules = load_rules(example, models=["default"])
+    assert rules.match("good morning").rule.name == "greeting"  # type: ignore[union-attr]
+    assert rules.match("summarise: x").rule.spec.model == "default"  # type: ignore[union-attr]
