@@ -1,0 +1,78 @@
+"""What memory this machine has: RAM from the OS, VRAM from ``nvidia-smi`` when present."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+__all__ = ["Gpu", "Machine", "detect_machine", "parse_size"]
+
+MiB = 1024**2
+GiB = 1024**3
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2, "mib": MiB,
+          "g": 1000**3, "gb": 1000**3, "gib": GiB, "t": 1000**4, "tb": 1000**4, "tib": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``"32GiB"``, ``"8 GB"``, ``"8192MiB"`` → bytes. GB means 10^9, GiB 2^30."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (write e.g. 32GiB, 8GB, 8192MiB)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    name: str
+    total: int
+    free: int
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    ram_total: int
+    ram_available: int
+    gpus: tuple[Gpu, ...] = field(default=())
+    source: str = "detected"
+
+    def with_overrides(self, *, ram: int | None = None, vram: int | None = None) -> Machine:
+        """Plan for another machine: a given size counts as entirely free."""
+        gpus = self.gpus
+        if vram is not None:
+            gpus = (Gpu("given", vram, vram),) if vram > 0 else ()
+        return Machine(ram_total=ram or self.ram_total, ram_available=ram or self.ram_available, gpus=gpus,
+                       source="given" if ram or vram is not None else self.source)
+
+
+def _ram() -> tuple[int, int]:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in handle if ":" in line}
+        return info["MemTotal"], info.get("MemAvailable", info["MemFree"])
+    except (OSError, KeyError, ValueError):
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        return pages * size, pages * size // 2  # no availability figure: assume half is free
+
+
+def _nvidia_gpus() -> tuple[Gpu, ...]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return ()
+    try:
+        out = subprocess.run([smi, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    gpus = []
+    for line in out.strip().splitlines():
+        name, total, free = (part.strip() for part in line.rsplit(",", 2))
+        gpus.append(Gpu(name, int(total) * MiB, int(free) * MiB))
+    return tuple(gpus)
+
+
+def detect_machine() -> Machine:
+    total, available = _ram()
+    return Machine(ram_total=total, ram_available=available, gpus=_nvidia_gpus())
