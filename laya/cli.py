@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from laya.config import Settings, load_settings
-from laya.errors import LayaError
+from laya.errors import ConfigError, LayaError
 
 __all__ = ["main"]
 
@@ -53,7 +53,52 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from laya.worker import run_worker
 
     settings = _settings(args)
-    run_worker(settings, connect(settings), burst=args.burst)
+    run_worker(settings, connect(settings), burst=args.burst, force=args.force)
+    return 0
+
+
+def _machine(args: argparse.Namespace) -> Any:
+    from laya.machine import detect_machine, parse_size
+
+    try:
+        ram = parse_size(args.ram) if args.ram else None
+        vram = parse_size(args.vram) if args.vram else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return detect_machine().with_overrides(ram=ram, vram=vram)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from laya.modelfile import read_model_info
+    from laya.planner import make_plan, plan_input
+
+    settings = _settings(args)
+    model_path = args.model or settings.model.path
+    if model_path is None:
+        raise ConfigError("no model to plan: pass --model PATH or set model.path")
+    inp = plan_input(settings, ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv, n_gpu_layers=args.gpu_layers,
+                     offload_policy=args.offload)
+    plan = make_plan(read_model_info(model_path), _machine(args), inp)
+    print(orjson.dumps(plan.to_dict(), default=str, option=orjson.OPT_INDENT_2).decode() if args.json
+          else plan.table())
+    return 1 if plan.verdict == "refuse" else 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from laya.init import choose, render_config
+    from laya.planner import plan_input
+
+    machine = _machine(args)
+    settings = load_settings(None, environ={})
+    plan = choose(args.model, machine, plan_input(settings)) if args.model else None
+    if args.output.exists() and not args.force:
+        raise ConfigError(f"{args.output} exists; pass --force to overwrite it")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(render_config(machine, args.model, plan))
+    print(f"wrote {args.output}" + (f" (plan: {plan.verdict})" if plan else ""))
+    if plan is not None and plan.verdict == "refuse":
+        print(plan.table(), file=sys.stderr)
+        return 1
     return 0
 
 
@@ -135,7 +180,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("router", help="run an ingress router").set_defaults(func=cmd_router)
     p = sub.add_parser("worker", help="run a GPU worker (loads the model, then serves its queue)")
     p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    p.add_argument("--force", action="store_true", help="load even when the memory plan refuses")
     p.set_defaults(func=cmd_worker)
+    p = sub.add_parser("plan", help="memory plan for a model on this (or a given) machine, before loading")
+    p.add_argument("--model", type=Path, help="GGUF file (default: model.path)")
+    p.add_argument("--ctx", type=int, help="tokens per sequence (default: runtime.max_seq_len)")
+    p.add_argument("--parallel", type=int, help="sequences (default: runtime.n_parallel)")
+    p.add_argument("--kv", choices=["f16", "q8_0", "q4_0"], help="KV cache type")
+    p.add_argument("--gpu-layers", type=int, help="layers on the GPU (-1 = all)")
+    p.add_argument("--offload", choices=["disabled", "explicit"], help="offload policy")
+    p.add_argument("--ram", help="plan for this much free RAM, e.g. 32GiB")
+    p.add_argument("--vram", help="plan for one GPU with this much free memory, e.g. 8GiB (0: no GPU)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_plan)
+    p = sub.add_parser("init", help="write a config for this machine (and a model)")
+    p.add_argument("--model", type=Path, help="GGUF file to size the config for")
+    p.add_argument("-o", "--output", type=Path, default=Path("configs/local.toml"))
+    p.add_argument("--ram", help="plan for this much free RAM instead of what is detected")
+    p.add_argument("--vram", help="plan for one GPU with this much memory (0: no GPU)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing file")
+    p.set_defaults(func=cmd_init)
     p = sub.add_parser("up", help="start everything: embedded Valkey (if no URL), router, worker")
     p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the worker")
     p.set_defaults(func=cmd_up)

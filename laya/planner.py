@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from laya.machine import GiB, MiB, Machine
 from laya.modelfile import ModelInfo
 
-__all__ = ["Plan", "PlanInput", "compute_bytes", "kv_cache_bytes", "make_plan", "padded_ctx",
+if TYPE_CHECKING:
+    from laya.config import Settings
+
+__all__ = ["Plan", "PlanInput", "compute_bytes", "kv_cache_bytes", "make_plan", "padded_ctx", "plan_input",
            "recommend_quant"]
 
 CTX_PAD = 256
@@ -38,8 +41,9 @@ MIN_SHRINK_CTX = 512
 KV_TYPES: dict[str, tuple[int, int]] = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 """KV element type → (elements per block, bytes per block)."""
 
-RAM_RUNTIME = 160 * MiB
-"""Resident size of a worker process before the model (Python, RQ, llama.cpp): measured by bench/planner_rss.py."""
+RAM_RUNTIME = 120 * MiB
+"""Resident size of a worker process with its libraries (Python, RQ, llama.cpp) before the model:
+calibrated with bench/planner_rss.py on Linux x86-64."""
 GPU_RUNTIME = 400 * MiB
 """CUDA context and cuBLAS workspace per process: a typical figure, not measured here (no GPU in CI)."""
 
@@ -66,12 +70,14 @@ def kv_cache_bytes(model: ModelInfo, ctx: int, n_seq: int, kv_type: str,
     return k, v
 
 
-def compute_bytes(model: ModelInfo, ctx: int, *, n_ubatch: int = 512, flash_attn: bool = False) -> int:
+def compute_bytes(model: ModelInfo, ctx: int, *, n_ubatch: int = 512, flash_attn: bool = False,
+                  cpu: bool = False) -> int:
     """Estimate of llama.cpp's compute buffer: logits and activations for one micro-batch, plus the
-    attention scores over the whole context unless flash attention computes them in tiles."""
+    attention scores (f32) and mask over the whole context unless flash attention tiles them. On the
+    CPU backend the scores are also converted to f16 in a separate work buffer."""
     per_token = 4 * (model.n_vocab + 2 * model.n_embd + model.n_ff + 3 * model.n_head * model.key_length)
     if not flash_attn:
-        per_token += 4 * (model.n_head + 1) * padded_ctx(ctx)
+        per_token += (4 * (model.n_head + 1) + (2 * model.n_head if cpu else 0)) * padded_ctx(ctx)
     return n_ubatch * per_token
 
 
@@ -191,7 +197,7 @@ def _usage(model: ModelInfo, machine: Machine, inp: PlanInput) -> list[DeviceUse
         gpu_weights += top.get("token_embd.weight", 0)
     cpu_kv = sum(kv_cache_bytes(model, inp.ctx, inp.n_seq, inp.kv_type, range(first_gpu_layer)))
     gpu_kv = sum(kv_cache_bytes(model, inp.ctx, inp.n_seq, inp.kv_type, range(first_gpu_layer, model.n_layer)))
-    compute = compute_bytes(model, inp.ctx, n_ubatch=inp.n_ubatch, flash_attn=flash)
+    compute = compute_bytes(model, inp.ctx, n_ubatch=inp.n_ubatch, flash_attn=flash, cpu=gpu is None)
     output_buffer = 4 * model.n_vocab * inp.n_seq
     ram_budget = int(machine.ram_available * inp.budget_fraction)
     if gpu is None:
@@ -338,3 +344,19 @@ def recommend_quant(machine: Machine) -> str:
         return "a 3B model in Q4_K_M (about 2 GB), or CPU only"
     return ("no GPU: a 3B model in Q4_K_M (about 2 GB) on the CPU gives a few tokens/s; "
             "a 7B Q4_K_M needs about 6 GB of RAM and decodes at roughly 2-5 tokens/s")
+
+
+def plan_input(settings: Settings, *, ctx: int | None = None, n_seq: int | None = None,
+               kv_type: str | None = None, n_gpu_layers: int | None = None,
+               offload_policy: str | None = None) -> PlanInput:
+    """The planner's view of a configuration, with optional what-if overrides."""
+    return PlanInput(
+        ctx=ctx or settings.runtime.max_seq_len,
+        n_seq=n_seq or settings.runtime.n_parallel,
+        kv_type=kv_type or settings.memory.kv_cache_policy,
+        n_gpu_layers=settings.model.n_gpu_layers if n_gpu_layers is None else n_gpu_layers,
+        offload_policy=(offload_policy or settings.memory.offload_policy),  # type: ignore[arg-type]
+        budget_fraction=settings.memory.budget_fraction,
+        margin=settings.memory.margin_mib * MiB,
+        n_ubatch=min(settings.runtime.n_batch, 512),
+    )

@@ -18,15 +18,21 @@ import logging
 import os
 import socket
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
+from laya.errors import DoesNotFit, ModelLoadError
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime
 from laya.keys import Keys
+from laya.machine import MiB, detect_machine
+from laya.modelfile import read_model_info
+from laya.planner import Plan, make_plan, plan_input
 from laya.results import ResultStore
 
 if TYPE_CHECKING:
@@ -99,18 +105,65 @@ class LayaWorker(SimpleWorker):
         self.set_state("idle")
 
 
-def run_worker(settings: Settings, redis: Redis, *, burst: bool = False,
-               backend: LLMBackend | None = None) -> bool:
-    """Entry point of ``laya worker``: load the model, then serve its queue."""
-    if backend is None:
-        from laya.backend import LlamaBackend
+def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBackend, Plan]:
+    """Plan the configured model on this machine, refuse or shrink as planned, then load it."""
+    import llama_cpp
 
-        started = time.monotonic()
-        backend = LlamaBackend(settings)
-        log.info("model %s loaded from %s in %.2f s (n_ctx %d)", settings.model.name, settings.model.path,
-                 time.monotonic() - started, backend.n_ctx)
+    from laya.backend import LlamaBackend
+
+    if settings.model.path is None:
+        raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
+    machine = detect_machine()
+    if machine.gpus and not llama_cpp.llama_supports_gpu_offload():
+        log.warning("GPU found but llama-cpp-python was built without GPU support: planning for the CPU; "
+                    "reinstall it with CMAKE_ARGS=-DGGML_CUDA=on to use the GPU")
+        machine = replace(machine, gpus=())
+    plan = make_plan(read_model_info(settings.model.path), machine, plan_input(settings))
+    for line in plan.table().splitlines():
+        log.info("plan: %s", line)
+    n_ctx = settings.runtime.max_seq_len
+    if plan.verdict == "refuse":
+        if not force:
+            raise DoesNotFit("the memory plan refuses this configuration (start with --force to load anyway):\n"
+                             + plan.table())
+        log.warning("memory plan refused; loading anyway because of --force")
+    elif plan.verdict == "shrink":
+        n_ctx = plan.planned.ctx
+        log.warning("max_seq_len %d does not fit this machine: using %d tokens", settings.runtime.max_seq_len, n_ctx)
+    started = time.monotonic()
+    backend = LlamaBackend(settings, n_ctx=n_ctx)
+    log.info("model %s loaded from %s in %.2f s (n_ctx %d); resident memory %.0f MiB, planned %.0f MiB",
+             settings.model.name, settings.model.path, time.monotonic() - started, backend.n_ctx,
+             resident_bytes() / MiB, plan.ram_predicted / MiB)
+    return backend, plan
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux), 0 where unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: bool = False,
+               backend: LLMBackend | None = None) -> bool:
+    """Entry point of ``laya worker``: plan, load the model, then serve its queue."""
+    plan = None
+    if backend is None:
+        backend, plan = plan_and_load(settings, force=force)
     keys = Keys(settings.redis.prefix)
     queue = Queue(keys.queue_name(settings.model.name), connection=redis, serializer="json")
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
+    if plan is not None:
+        redis.hset(keys.worker_stats, name, orjson.dumps({
+            "model": settings.model.name, "verdict": plan.verdict, "n_ctx": backend.n_ctx,
+            "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
+            "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
+        }))
     worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis, name=name)
     return bool(worker.work(burst=burst, with_scheduler=False, logging_level="WARNING"))
