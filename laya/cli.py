@@ -161,8 +161,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     client = _client(settings)
-    stats = client.redis.hgetall(Keys(settings.redis.prefix).router_stats)
-    rows = {k.decode(): v.decode() for k, v in sorted(stats.items())}
+    keys = Keys(settings.redis.prefix)
+    rows: dict[str, Any] = {k.decode(): v.decode() for k, v in sorted(client.redis.hgetall(keys.router_stats).items())}
+    for name, value in sorted(client.redis.hgetall(keys.worker_stats).items()):
+        rows[f"worker:{name.decode()}"] = orjson.loads(value)
     if args.json:
         print(orjson.dumps(rows).decode())
     else:

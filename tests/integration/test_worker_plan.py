@@ -1,0 +1,61 @@
+"""The worker plans before it loads: it refuses what does not fit and shrinks what nearly does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from redis import Redis
+
+from laya.config import Settings
+from laya.errors import DoesNotFit
+from laya.worker import plan_and_load
+
+from ..conftest import Server
+from ..gguf_headers import QWEN25_7B, write_header
+
+
+def test_worker_refuses_a_model_that_does_not_fit(tmp_path: Path, redis_server: Server) -> None:
+    model = write_header(tmp_path / "qwen.gguf", QWEN25_7B)  # 4.4 GB of weights, planned on the CPU here
+    env = {**os.environ, "LAYA_REDIS_URL": redis_server.url, "LAYA_MODEL_PATH": str(model),
+           "LAYA_MEMORY__BUDGET_FRACTION": "0.06", "LAYA_RUNTIME__MAX_SEQ_LEN": "2048"}
+    done = subprocess.run([sys.executable, "-m", "laya", "worker", "--burst"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "refuses this configuration" in done.stderr and "--force" in done.stderr
+    assert "verdict REFUSE" in done.stderr
+
+
+def test_worker_shrinks_the_context_and_says_so(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
+    greedy = settings.model_copy(update={
+        "runtime": settings.runtime.model_copy(update={"max_seq_len": 1_048_576}),
+        "memory": settings.memory.model_copy(update={"budget_fraction": 0.06}),
+    })
+    with caplog.at_level("INFO", logger="laya.worker"):
+        backend, plan = plan_and_load(greedy)
+    assert plan.verdict == "shrink"
+    assert backend.n_ctx == plan.planned.ctx < 1_048_576
+    assert any("does not fit this machine" in r.message for r in caplog.records)
+    assert any("resident memory" in r.message for r in caplog.records)
+
+
+def test_refusal_raises_unless_forced(tmp_path: Path, settings: Settings) -> None:
+    model = write_header(tmp_path / "qwen.gguf", QWEN25_7B)
+    tight = settings.model_copy(update={
+        "model": settings.model.model_copy(update={"path": model}),
+        "memory": settings.memory.model_copy(update={"budget_fraction": 0.06}),
+    })
+    with pytest.raises(DoesNotFit):
+        plan_and_load(tight)
+
+
+def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) -> None:
+    from laya.worker import run_worker
+
+    run_worker(settings, redis, burst=True)
+    stats = [orjson.loads(v) for v in redis.hgetall("laya:stats:worker").values()]
+    assert stats and stats[0]["verdict"] == "fits" and stats[0]["ram_resident"] > 0 and stats[0]["ram_planned"] > 0
