@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from laya.errors import InvalidRequest, RequestError, UnknownModel
 from laya.schema import REQUEST_ID_PATTERN, Request, Result
 
-__all__ = ["Limits", "decode_request", "encode_request", "encode_result", "decode_result", "salvage_identity"]
+__all__ = ["Limits", "decode_request", "decode_result", "encode_request", "encode_result", "error_fields",
+           "error_result", "salvage_identity"]
 
 FIELD = b"r"
 _ID_RE = re.compile(REQUEST_ID_PATTERN)
@@ -40,7 +41,7 @@ def encode_request(request: Request) -> bytes:
 
 
 def encode_result(result: Result) -> bytes:
-    return orjson.dumps(result.model_dump(exclude_none=True))
+    return Result.__pydantic_serializer__.to_json(result, exclude_none=True)
 
 
 def decode_result(data: bytes | str) -> Result:
@@ -117,11 +118,13 @@ def salvage_identity(fields: Mapping[bytes, bytes], entry_id: str) -> tuple[str,
     return entry_id, None
 
 
-def error_result(request_id: str, error: RequestError | Exception, **extra: Any) -> Result:
+def error_fields(error: Exception) -> dict[str, Any]:
+    """The result fields that report ``error``: route ``error:<code>`` and the code, message and field."""
     code = getattr(error, "code", "internal")
     message = getattr(error, "message", None) or str(error) or type(error).__name__
-    return Result.model_validate({
-        "id": request_id, "route": f"error:{code}", "ok": False,
-        "error": {"code": code, "message": message, "field": getattr(error, "field", None)},
-        **extra,
-    })
+    return {"route": f"error:{code}", "ok": False,
+            "error": {"code": code, "message": message, "field": getattr(error, "field", None)}}
+
+
+def error_result(request_id: str, error: Exception, **extra: Any) -> Result:
+    return Result.model_validate({"id": request_id, **error_fields(error), **extra})

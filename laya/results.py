@@ -21,14 +21,24 @@ if TYPE_CHECKING:
 
 __all__ = ["ResultStore"]
 
-# KEYS[1] result key, KEYS[2] wake-up list; ARGV[1] result JSON, ARGV[2] ttl seconds.
+# KEYS: (result key, wake-up list) pairs; ARGV[1]: ttl seconds, ARGV[2..]: one result JSON per pair.
+# Returns how many results were new. One call writes a router's whole batch.
 _WRITE_ONCE = """
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'EX', ARGV[2]) then
-  redis.call('LPUSH', KEYS[2], ARGV[1])
-  redis.call('EXPIRE', KEYS[2], ARGV[2])
-  return 1
+local ttl = ARGV[1]
+local written = 0
+local woken = {}
+for i = 1, #KEYS, 2 do
+  local payload = ARGV[(i + 1) / 2 + 1]
+  if redis.call('SET', KEYS[i], payload, 'NX', 'EX', ttl) then
+    redis.call('LPUSH', KEYS[i + 1], payload)
+    woken[KEYS[i + 1]] = true
+    written = written + 1
+  end
 end
-return 0
+for key in pairs(woken) do
+  redis.call('EXPIRE', key, ttl)
+end
+return written
 """
 
 
@@ -42,19 +52,30 @@ class ResultStore:
     def wake_key(self, request_id: str, reply_to: str | None) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.done(request_id)
 
-    def queue_write(self, pipe: Pipeline, result: Result, reply_to: str | None) -> None:
-        """Add the write-once to ``pipe`` (the router commits a whole batch at once).
+    def _keys_and_args(self, results: list[tuple[str, bytes, str | None]]) -> tuple[list[str], list[bytes | int]]:
+        keys: list[str] = []
+        args: list[bytes | int] = [self.ttl_s]
+        for request_id, payload, reply_to in results:
+            keys += [self.keys.result(request_id), self.wake_key(request_id, reply_to)]
+            args.append(payload)
+        return keys, args
+
+    def queue_write_many(self, pipe: Pipeline, results: list[tuple[str, bytes, str | None]]) -> None:
+        """Add one write-once call for ``results`` (id, result JSON, reply channel) to ``pipe``.
+
+        The router commits a whole batch this way.
 
         Plain EVAL, not EVALSHA: inside a MULTI a missing script would fail that
-        one command while the rest (the XACK) still ran, losing the result.
+        one command while the rest (the XACK) still ran, losing the results.
         """
-        pipe.eval(_WRITE_ONCE, 2, self.keys.result(result.id), self.wake_key(result.id, reply_to),
-                  encode_result(result), self.ttl_s)
+        if results:
+            keys, args = self._keys_and_args(results)
+            pipe.eval(_WRITE_ONCE, len(keys), *keys, *args)
 
     def write(self, result: Result, reply_to: str | None) -> bool:
         """Write now; ``False`` if this id already had a result (which stays)."""
-        keys = [self.keys.result(result.id), self.wake_key(result.id, reply_to)]
-        return bool(self._script(keys=keys, args=[encode_result(result), self.ttl_s]))
+        keys, args = self._keys_and_args([(result.id, encode_result(result), reply_to)])
+        return bool(self._script(keys=keys, args=args))
 
     def get(self, request_id: str) -> Result | None:
         data = self.redis.get(self.keys.result(request_id))

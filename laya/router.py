@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,14 +32,14 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue
 
 from laya.cache import LocalCache, cache_key
-from laya.codec import Limits, decode_request, error_result, salvage_identity
+from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.config import Settings
 from laya.errors import RequestError
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
 from laya.results import ResultStore
 from laya.rules import RuleSet, load_rules
-from laya.schema import Request, Result, Timings, Usage
+from laya.schema import Request
 from laya.stats import LatencyWindow
 from laya.text import normalise
 
@@ -63,23 +65,36 @@ class Flight:
     model: str = ""
     max_tokens: int = 0
     cache_key: str | None = None
-    result: Result | None = None
+    route: str | None = None
+    """Set when a stage answered: ``cache``, ``rule:<name>``, ``error:<code>``, ``rejected:overloaded``."""
+    result: bytes | None = None
+    """The answer as result-record JSON (the :class:`~laya.schema.Result` schema)."""
     enqueue: bool = False
     route_ns: int = 0
 
     @property
     def open(self) -> bool:
-        return self.result is None and not self.enqueue
+        return self.route is None and not self.enqueue
 
-    def answer(self, result: Result) -> None:
+    def answer(self, route: str, ok: bool, **fields: Any) -> None:
+        """End this request with a result record made of ``fields`` and its timings.
+
+        The record is encoded straight to JSON: building a pydantic ``Result``
+        per answer would cost more than the routing decision itself. Tests
+        decode every kind of router answer through ``Result`` to keep the two
+        in step.
+        """
         self.route_ns = time.perf_counter_ns() - self.started_ns
-        result.timings.route_us = self.route_ns / 1000
-        if self.request is not None:
-            result.metadata = self.request.metadata
-            if self.request.submitted_at is not None:
-                result.timings.total_ms = max(0.0, (time.time() - self.request.submitted_at) * 1000)
-        result.finished_at = time.time()
-        self.result = result
+        now = time.time()
+        timings = {"route_us": self.route_ns / 1000}
+        request = self.request
+        if request is not None:
+            fields["metadata"] = request.metadata
+            if request.submitted_at is not None:
+                timings["total_ms"] = max(0.0, (now - request.submitted_at) * 1000)
+        self.route = route
+        self.result = orjson.dumps({"id": self.request_id, "route": route, "ok": ok, **fields,
+                                    "timings": timings, "finished_at": now})
 
 
 class Stage(Protocol):
@@ -104,7 +119,7 @@ class DecodeStage:
                 request = decode_request(flight.fields, self.limits)
             except RequestError as exc:
                 flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
-                flight.answer(error_result(flight.request_id, exc))
+                flight.answer(**error_fields(exc))
                 continue
             flight.request = request
             flight.request_id, flight.reply_to = request.id, request.reply_to
@@ -146,10 +161,8 @@ class CacheStage:
 
     @staticmethod
     def _answer(flight: Flight, answer: dict[str, Any]) -> None:
-        flight.answer(Result(
-            id=flight.request_id, route="cache", ok=True, text=answer["text"], model=answer.get("model"),
-            finish_reason=answer.get("finish_reason"), usage=Usage(**answer.get("usage", {})),
-        ))
+        flight.answer(route="cache", ok=True, text=answer["text"], model=answer.get("model"),
+                      finish_reason=answer.get("finish_reason"), usage=answer.get("usage", {}))
 
 
 class RulesStage:
@@ -173,8 +186,7 @@ class RulesStage:
                 flight.model = spec.model
                 continue
             text = match.rule.render(prompt=flight.request.text, matched=match.matched, request_id=flight.request_id)
-            flight.answer(Result(id=flight.request_id, route=f"rule:{spec.name}", ok=True, text=text,
-                                 finish_reason="rule"))
+            flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
 
 
 class AdmissionStage:
@@ -185,30 +197,46 @@ class AdmissionStage:
     def __init__(self, max_depth: int, retry_after_s: float) -> None:
         self.max_depth = max_depth
         self.retry_after_s = retry_after_s
-        self.depth: dict[str, int] = {}
-        """Queue depths read at the end of the previous commit, plus this batch's admissions."""
+        self.queued: dict[str, int] = {}
+        """Queue lengths as read by the latest commit."""
+        self.uncommitted: Counter[str] = Counter()
+        """Admitted into batches whose commit has not finished yet."""
+        self._lock = threading.Lock()
+
+    def depth(self, model: str) -> int:
+        return self.queued.get(model, 0) + self.uncommitted[model]
+
+    def committed(self, lengths: dict[str, int], admitted: Counter[str]) -> None:
+        """A commit finished: its admissions are now part of the queue lengths it read."""
+        with self._lock:
+            self.queued.update(lengths)
+            self.uncommitted.subtract(admitted)
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
         for flight in flights:
             if not flight.open:
                 continue
-            depth = self.depth.get(flight.model, 0)
+            with self._lock:
+                depth = self.depth(flight.model)
+                if depth < self.max_depth:
+                    self.uncommitted[flight.model] += 1
             if depth >= self.max_depth:
-                flight.answer(Result(
-                    id=flight.request_id, route="rejected:overloaded", ok=False,
-                    retry_after_s=self.retry_after_s,
-                    error={"code": "overloaded", "message": (
-                        f"queue for model {flight.model!r} holds {depth} jobs (bound {self.max_depth}); "
-                        f"retry after {self.retry_after_s:g} s")},
-                ))
+                flight.answer(route="rejected:overloaded", ok=False, retry_after_s=self.retry_after_s,
+                              error={"code": "overloaded", "message": (
+                                  f"queue for model {flight.model!r} holds {depth} jobs (bound {self.max_depth}); "
+                                  f"retry after {self.retry_after_s:g} s")})
                 continue
-            self.depth[flight.model] = depth + 1
             flight.enqueue = True
             flight.route_ns = time.perf_counter_ns() - flight.started_ns
 
 
 class Router:
-    """Reads the ingress stream in batches and commits each batch atomically."""
+    """Reads the ingress stream in batches and commits each batch atomically.
+
+    While one batch commits (a thread waiting on Redis), the next one already
+    runs through the stages: at most two batches are in flight, and each
+    commit is still one MULTI/EXEC.
+    """
 
     def __init__(self, settings: Settings, redis: Redis, *, rules: RuleSet | None = None,
                  consumer: str | None = None) -> None:
@@ -237,6 +265,8 @@ class Router:
         self._stats_due = 0.0
         self._claim_due = 0.0
         self._stopping = False
+        self._committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-commit")
+        self._pending: Future[None] | None = None
 
     # -- setup ---------------------------------------------------------------
 
@@ -249,8 +279,8 @@ class Router:
         self._refresh_depths(self.redis)
 
     def _refresh_depths(self, redis: Redis) -> None:
-        for name, queue in self.queues.items():
-            self.admission.depth[name] = int(redis.llen(queue.key))
+        lengths = {name: int(redis.llen(queue.key)) for name, queue in self.queues.items()}
+        self.admission.committed(lengths, Counter())
 
     def reload_rules(self) -> bool:
         """Recompile the routes file; on any error keep serving the old rules."""
@@ -284,26 +314,44 @@ class Router:
             entries = reply[0][1] if reply else []
         return [(entry_id.decode(), fields or {}) for entry_id, fields in entries]
 
-    def handle(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> list[Flight]:
-        """Run ``entries`` through the stages and commit the batch."""
+    def handle(self, entries: list[tuple[str, dict[bytes, bytes]]], *, wait: bool = True) -> list[Flight]:
+        """Run ``entries`` through the stages and commit the batch.
+
+        With ``wait=False`` the commit runs in the background while the caller
+        reads and routes the next batch; the next call (or :meth:`flush`) waits
+        for it and raises whatever it raised.
+        """
         flights = [Flight(entry_id, fields, time.perf_counter_ns()) for entry_id, fields in entries]
         for stage in self.stages:
             stage.run(flights, self.redis)
-        self.commit(flights)
+        for flight in flights:
+            self._counts[flight.route or f"model:{flight.model}"] += 1
+            self.latency.add(flight.route_ns)
+        self.flush()
+        self._pending = self._committer.submit(self.commit, flights)
+        if wait:
+            self.flush()
         return flights
+
+    def flush(self) -> None:
+        """Wait for the batch being committed, if any."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
 
     def commit(self, flights: list[Flight]) -> None:
         now = time.time()
         by_queue: dict[str, list[Any]] = {}
+        answered: list[tuple[str, bytes, str | None]] = []
+        admitted: Counter[str] = Counter()
         with self.redis.pipeline(transaction=True) as pipe:
             for flight in flights:
                 if flight.result is not None:
-                    self.results.queue_write(pipe, flight.result, flight.reply_to)
-                    self._counts[flight.result.route] += 1
+                    answered.append((flight.request_id, flight.result, flight.reply_to))
                 elif flight.enqueue and flight.request is not None:
                     by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
-                    self._counts[f"model:{flight.model}"] += 1
-                self.latency.add(flight.route_ns)
+                    admitted[flight.model] += 1
+            self.results.queue_write_many(pipe, answered)
             for model, datas in by_queue.items():
                 self.queues[model].enqueue_many(datas, pipeline=pipe)
             ids = [f.entry_id for f in flights]
@@ -313,8 +361,8 @@ class Router:
             for queue in self.queues.values():
                 pipe.llen(queue.key)
             replies = pipe.execute()
-        for name, depth in zip(self.queues, replies[-len(self.queues):]):
-            self.admission.depth[name] = int(depth)
+        lengths = dict(zip(self.queues, (int(n) for n in replies[-len(self.queues):])))
+        self.admission.committed(lengths, admitted)
 
     def _job_data(self, flight: Flight, now: float) -> Any:
         assert flight.request is not None
@@ -341,8 +389,8 @@ class Router:
                 pipe.hincrby(self.keys.router_stats, f"count:{route}", n)
             for name, value in self.latency.summary().items():
                 pipe.hset(self.keys.router_stats, name, value)
-            for name, depth in self.admission.depth.items():
-                pipe.hset(self.keys.router_stats, f"queue_depth:{name}", depth)
+            for name in self.queues:
+                pipe.hset(self.keys.router_stats, f"queue_depth:{name}", self.admission.depth(name))
             pipe.hset(self.keys.router_stats, "rules", len(self.rules_stage.rules))
             pipe.hset(self.keys.router_stats, "updated_at", time.time())
             pipe.execute()
@@ -359,7 +407,9 @@ class Router:
             try:
                 entries = self.read_batch()
                 if entries:
-                    self.handle(entries)
+                    self.handle(entries, wait=False)
+                else:
+                    self.flush()
                 if time.monotonic() >= self._stats_due:
                     self._stats_due = time.monotonic() + 1.0
                     self.publish_stats()
@@ -372,6 +422,8 @@ class Router:
                     self.ensure_group()
                 except (RedisConnectionError, RedisTimeoutError):
                     pass
+        self.flush()
+        self._committer.shutdown()
         log.info("router %s stopped", self.consumer)
 
 
