@@ -173,6 +173,14 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from laya.benchmark import run_routing_bench
+
+    result = run_routing_bench(n_rules=args.rules, cache_entries=args.cache_entries, requests=args.requests)
+    print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode() if args.json else result.table())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="laya", description="Local LLM job router on Redis and RQ.")
     parser.add_argument("--config", "-c", help="TOML config file (default: $LAYA_CONFIG, else built-in defaults)")
@@ -229,6 +237,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=256, help="requests in flight at once")
     p.add_argument("--timeout", type=float, default=600.0, help="give up after this long without progress")
     p.set_defaults(func=cmd_batch)
+    p = sub.add_parser("bench", help="measure the router's decision time on this machine")
+    p.add_argument("what", choices=["routing"])
+    p.add_argument("--rules", type=int, default=1000, help="synthetic rules, a quarter of each kind")
+    p.add_argument("--cache-entries", type=int, default=100_000)
+    p.add_argument("--requests", type=int, default=20_000)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
     p = sub.add_parser("stats", help="router counters, latency percentiles and queue depths")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_stats)

@@ -18,11 +18,16 @@ same answer as trying every rule in rank order and stopping at the first match.
 Rules are compiled once (on load and reload): exact phrases in a dict,
 prefixes in a dict per distinct length, keywords in one Aho–Corasick
 automaton, regexes last, and only those ranked above the best match so far.
+Each regex's longest required literal (``"order #"`` in ``order #[0-9]+``) goes
+into a second automaton, so a regex runs only on texts that contain its
+literal; regexes without one run on every text.
 """
 
 from __future__ import annotations
 
 import re
+import re._constants as sre_constants
+import re._parser as sre_parser
 import string
 import tomllib
 from dataclasses import dataclass
@@ -101,13 +106,20 @@ class RuleSet:
         self._exact: dict[str, int] = {}
         self._prefix: dict[str, int] = {}
         self._keywords = ahocorasick.Automaton()
-        self._regex: list[tuple[int, re.Pattern[str]]] = []
+        self._regex_always: list[tuple[int, re.Pattern[str]]] = []
+        self._regex_by_literal: dict[str, list[tuple[int, re.Pattern[str]]]] = {}
         for rule in self.rules:
             self._compile(rule)
         self._prefix_lengths = sorted({len(p) for p in self._prefix})
         self._has_keywords = len(self._keywords) > 0
         if self._has_keywords:
             self._keywords.make_automaton()
+        self._literals = ahocorasick.Automaton()
+        for literal in self._regex_by_literal:
+            self._literals.add_word(literal, literal)
+        self._has_literals = len(self._literals) > 0
+        if self._has_literals:
+            self._literals.make_automaton()
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -117,9 +129,14 @@ class RuleSet:
         for pattern in spec.patterns:
             if spec.match == "regex":
                 try:
-                    self._regex.append((rule.rank, re.compile(pattern)))
+                    compiled = re.compile(pattern)
                 except re.error as exc:
                     raise ConfigError(f"{self.source}: rule {spec.name!r}: bad regex {pattern!r}: {exc}") from None
+                literal = required_literal(compiled)
+                if literal is None:
+                    self._regex_always.append((rule.rank, compiled))
+                else:
+                    self._regex_by_literal.setdefault(literal, []).append((rule.rank, compiled))
                 continue
             phrase = normalise(pattern)
             if spec.match == "exact":
@@ -142,9 +159,7 @@ class RuleSet:
             for end, (rank, phrase) in self._keywords.iter(text):
                 if rank < best and _whole_words(text, end + 1 - len(phrase), end + 1):
                     best, matched = rank, phrase
-        for rank, regex in self._regex:
-            if rank >= best:
-                break
+        for rank, regex in self._regex_candidates(text, best):
             found = regex.search(text)
             if found:
                 best, matched = rank, found.group(0)
@@ -152,6 +167,51 @@ class RuleSet:
         if best == _NO_MATCH:
             return None
         return Match(self.rules[best], matched)
+
+
+    def _regex_candidates(self, text: str, below: int) -> list[tuple[int, re.Pattern[str]]]:
+        """Regexes that may match ``text`` and rank above ``below``, best rank first."""
+        candidates = [item for item in self._regex_always if item[0] < below]
+        if self._has_literals:
+            for _, literal in self._literals.iter(text):
+                candidates.extend(item for item in self._regex_by_literal[literal] if item[0] < below)
+        if len(candidates) > 1:
+            candidates.sort(key=lambda item: item[0])
+        return candidates
+
+
+def required_literal(pattern: re.Pattern[str], minimum: int = 3) -> str | None:
+    """The longest literal every match of ``pattern`` contains (case-folded under IGNORECASE), if any.
+
+    Walks the parsed pattern's top-level sequence: runs of literal characters
+    count, groups and repeats with a minimum of one are entered, anything
+    optional or alternative ends a run. ``None`` when no run reaches ``minimum``.
+    """
+    try:
+        parsed = sre_parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # the pattern compiled; a parser quirk only costs the prefilter
+        return None
+    runs: list[str] = []
+
+    def walk(items: object) -> None:
+        current: list[str] = []
+        for op, arg in items:  # type: ignore[attr-defined]
+            if op is sre_constants.LITERAL:
+                current.append(chr(arg))
+                continue
+            runs.append("".join(current))
+            current = []
+            if op is sre_constants.SUBPATTERN:
+                walk(arg[-1])
+            elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and arg[0] >= 1:
+                walk(arg[2])
+        runs.append("".join(current))
+
+    walk(parsed)
+    best = max(runs, key=len, default="")
+    if len(best) < minimum:
+        return None
+    return best.casefold() if pattern.flags & re.IGNORECASE else best
 
 
 def _whole_words(text: str, start: int, end: int) -> bool:

@@ -54,6 +54,20 @@ def test_priority_then_file_order() -> None:
     assert same_priority.match("a cat").rule.name == "first"  # type: ignore[union-attr]
 
 
+def test_regex_prefilter_keeps_results_and_skips_regexes_whose_literal_is_absent() -> None:
+    import re as stdlib_re
+
+    from laya.rules import required_literal
+
+    assert required_literal(stdlib_re.compile(r"order #\d+")) == "order #"
+    assert required_literal(stdlib_re.compile(r"(?i)Status of ORDER")) == "status of order"
+    assert required_literal(stdlib_re.compile(r"(cat|dog)s?")) is None
+    rules = RuleSet([rule("status", "regex", r"order #\d+"), rule("any", "regex", r"(cat|dog)")])
+    assert rules.match("where is order #12?").matched == "order #12"  # type: ignore[union-attr]
+    assert rules.match("my dog").rule.name == "any"  # type: ignore[union-attr]
+    assert rules.match("order 12") is None
+
+
 def test_templates_render_prompt_match_and_id() -> None:
     rules = RuleSet([rule("echo", "prefix", "echo:", reply="[$id] $match -> $prompt")])
     found = rules.match("echo: hi")
@@ -62,10 +76,15 @@ def test_templates_render_prompt_match_and_id() -> None:
 
 
 WORDS = ["cat", "dog", "order", "refund", "hi", "a b", "ca"]
+REGEXES = [r"c.t", r"\bdog\b", r"(cat|dog)", r"ord(er)?", r"^hi", r"a+ b", r"(?i)REFUND", r"order\b", r"(dog )+cat",
+           r"ca(t)?$", r"x*"]
 specs_strategy = st.lists(
-    st.builds(lambda kind, pats, prio: (kind, pats, prio),
-              st.sampled_from(["exact", "prefix", "keyword", "regex"]),
-              st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.integers(-2, 2)),
+    st.one_of(
+        st.builds(lambda kind, pats, prio: (kind, pats, prio), st.sampled_from(["exact", "prefix", "keyword", "regex"]),
+                  st.lists(st.sampled_from(WORDS), min_size=1, max_size=3), st.integers(-2, 2)),
+        st.builds(lambda pats, prio: ("regex", pats, prio), st.lists(st.sampled_from(REGEXES), min_size=1, max_size=3),
+                  st.integers(-2, 2)),
+    ),
     min_size=1, max_size=12)
 
 
