@@ -21,14 +21,16 @@ if TYPE_CHECKING:
 
 __all__ = ["ResultStore"]
 
-# KEYS: (result key, wake-up list) pairs; ARGV[1]: ttl seconds, ARGV[2..]: one result JSON per pair.
-# Returns how many results were new. One call writes a router's whole batch.
-_WRITE_ONCE = """
-local ttl = ARGV[1]
+# KEYS[1]: the ingress stream ("" when nothing is acknowledged); KEYS[2..]: (result key, wake-up list) pairs.
+# ARGV[1]: ttl seconds; ARGV[2]: consumer group; ARGV[3]: n, the number of stream entries to acknowledge;
+# ARGV[4 .. 3+n]: their ids; then one result JSON per pair. Returns how many results were new.
+# A router batch that enqueues nothing commits with this one atomic call: results, XACK and XDEL.
+_COMMIT = """
+local ttl, group, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local written = 0
 local woken = {}
-for i = 1, #KEYS, 2 do
-  local payload = ARGV[(i + 1) / 2 + 1]
+for i = 2, #KEYS, 2 do
+  local payload = ARGV[3 + n + i / 2]
   if redis.call('SET', KEYS[i], payload, 'NX', 'EX', ttl) then
     redis.call('LPUSH', KEYS[i + 1], payload)
     woken[KEYS[i + 1]] = true
@@ -38,8 +40,16 @@ end
 for key in pairs(woken) do
   redis.call('EXPIRE', key, ttl)
 end
+for first = 4, 3 + n, 500 do
+  local last = math.min(first + 499, 3 + n)
+  redis.call('XACK', KEYS[1], group, unpack(ARGV, first, last))
+  redis.call('XDEL', KEYS[1], unpack(ARGV, first, last))
+end
 return written
 """
+
+Answer = tuple[str, bytes, str | None]
+"""(request id, result JSON, reply channel)."""
 
 
 class ResultStore:
@@ -47,34 +57,38 @@ class ResultStore:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s
-        self._script = redis.register_script(_WRITE_ONCE)
+        self._script = redis.register_script(_COMMIT)
 
     def wake_key(self, request_id: str, reply_to: str | None) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.done(request_id)
 
-    def _keys_and_args(self, results: list[tuple[str, bytes, str | None]]) -> tuple[list[str], list[bytes | int]]:
-        keys: list[str] = []
-        args: list[bytes | int] = [self.ttl_s]
-        for request_id, payload, reply_to in results:
+    def _keys_and_args(self, answers: list[Answer], ack: tuple[str, list[str]] | None
+                       ) -> tuple[list[str], list[bytes | str | int]]:
+        stream, ids = (self.keys.ingress, ack[1]) if ack else ("", [])
+        keys = [stream]
+        args: list[bytes | str | int] = [self.ttl_s, ack[0] if ack else "", len(ids), *ids]
+        for request_id, payload, reply_to in answers:
             keys += [self.keys.result(request_id), self.wake_key(request_id, reply_to)]
             args.append(payload)
         return keys, args
 
-    def queue_write_many(self, pipe: Pipeline, results: list[tuple[str, bytes, str | None]]) -> None:
-        """Add one write-once call for ``results`` (id, result JSON, reply channel) to ``pipe``.
+    def commit(self, answers: list[Answer], *, group: str, entry_ids: list[str]) -> int:
+        """Write ``answers`` and acknowledge and delete ``entry_ids`` in one atomic call."""
+        keys, args = self._keys_and_args(answers, (group, entry_ids))
+        return int(self._script(keys=keys, args=args))
 
-        The router commits a whole batch this way.
+    def queue_commit(self, pipe: Pipeline, answers: list[Answer], *, group: str, entry_ids: list[str]) -> None:
+        """The same as :meth:`commit`, added to ``pipe`` (a MULTI that also enqueues RQ jobs).
 
         Plain EVAL, not EVALSHA: inside a MULTI a missing script would fail that
-        one command while the rest (the XACK) still ran, losing the results.
+        one command while the RQ jobs were still enqueued.
         """
-        if results:
-            keys, args = self._keys_and_args(results)
-            pipe.eval(_WRITE_ONCE, len(keys), *keys, *args)
+        keys, args = self._keys_and_args(answers, (group, entry_ids))
+        pipe.eval(_COMMIT, len(keys), *keys, *args)
 
     def write(self, result: Result, reply_to: str | None) -> bool:
         """Write now; ``False`` if this id already had a result (which stays)."""
-        keys, args = self._keys_and_args([(result.id, encode_result(result), reply_to)])
+        keys, args = self._keys_and_args([(result.id, encode_result(result), reply_to)], None)
         return bool(self._script(keys=keys, args=args))
 
     def get(self, request_id: str) -> Result | None:

@@ -3,7 +3,13 @@
 Each batch read from the ingress stream goes through an ordered list of
 stages; the first stage that answers a request ends it:
 
-    decode → cache → rules → admission → enqueue
+    decode → rules → cache → admission → enqueue
+
+Rules come before the cache (the architecture sketch had them after): the
+cache holds model answers only, so a request a rule answers never needs it,
+and checking rules first saves the batch's Redis cache read whenever rules
+answer everything in it. It also means a reloaded rule takes effect at once
+instead of being shadowed by a cached model answer.
 
 Stages only decide. Everything a batch writes — result records, RQ jobs, the
 XACK/XDEL of its entries, counters — is committed in one MULTI/EXEC pipeline,
@@ -254,8 +260,8 @@ class Router:
         self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s)
         self.stages: list[Stage] = [
             DecodeStage(limits, settings.model.name, settings.runtime.default_max_tokens),
-            CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys),
             self.rules_stage,
+            CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys),
             self.admission,
         ]
         self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
@@ -340,24 +346,28 @@ class Router:
             pending.result()
 
     def commit(self, flights: list[Flight]) -> None:
+        """Write the batch: results, RQ jobs, XACK and XDEL of its entries, all or nothing.
+
+        A batch that enqueues nothing (all short-circuit) is one script call; one
+        with jobs is a MULTI/EXEC holding the same script, the enqueues and the
+        queue lengths for admission.
+        """
         now = time.time()
         by_queue: dict[str, list[Any]] = {}
-        answered: list[tuple[str, bytes, str | None]] = []
+        answers = [(f.request_id, f.result, f.reply_to) for f in flights if f.result is not None]
         admitted: Counter[str] = Counter()
+        for flight in flights:
+            if flight.enqueue and flight.request is not None:
+                by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
+                admitted[flight.model] += 1
+        ids = [f.entry_id for f in flights]
+        if not by_queue:
+            self.results.commit(answers, group=self.keys.router_group, entry_ids=ids)
+            return
         with self.redis.pipeline(transaction=True) as pipe:
-            for flight in flights:
-                if flight.result is not None:
-                    answered.append((flight.request_id, flight.result, flight.reply_to))
-                elif flight.enqueue and flight.request is not None:
-                    by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
-                    admitted[flight.model] += 1
-            self.results.queue_write_many(pipe, answered)
+            self.results.queue_commit(pipe, answers, group=self.keys.router_group, entry_ids=ids)
             for model, datas in by_queue.items():
                 self.queues[model].enqueue_many(datas, pipeline=pipe)
-            ids = [f.entry_id for f in flights]
-            if ids:
-                pipe.xack(self.keys.ingress, self.keys.router_group, *ids)
-                pipe.xdel(self.keys.ingress, *ids)
             for queue in self.queues.values():
                 pipe.llen(queue.key)
             replies = pipe.execute()
@@ -383,6 +393,10 @@ class Router:
         )
 
     def publish_stats(self) -> None:
+        """Counters and latency figures for operators; also re-reads the queue lengths for admission
+        (workers drain queues while a router that only short-circuits never reads them)."""
+        self.flush()  # a commit in flight would otherwise race the lengths read here
+        self._refresh_depths(self.redis)
         counts, self._counts = self._counts, Counter()
         with self.redis.pipeline(transaction=False) as pipe:
             for route, n in counts.items():

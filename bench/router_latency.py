@@ -1,0 +1,110 @@
+"""Short-circuit end-to-end latency: client submit → result visible to the client.
+
+    python bench/router_latency.py          # writes bench/results/router_latency.md
+
+A `laya router` process serves a throwaway Valkey on loopback. The client sends
+one request at a time that a rule answers ("hello") and waits for its result
+(XADD, then BLPOP on the request's wake-up list). Baselines in the same run, on
+the same server:
+
+* PING round trip;
+* raw stream round trip: XADD → a minimal consumer process (XREADGROUP, LPUSH,
+  XACK) → BLPOP: the same hops as Laya's path with no Laya logic in them.
+
+Target: Laya p50 ≤ 0.5 ms and ≤ 3x the raw stream round trip.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from common import start_valkey, summary_us, write_results
+from redis import Redis
+
+REQUESTS = 2000
+ROUTES = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
+
+RAW_CONSUMER = r"""
+import sys
+from redis import Redis
+r = Redis.from_url(sys.argv[1])
+try:
+    r.xgroup_create("raw:in", "g", id="0", mkstream=True)
+except Exception:
+    pass
+print("ready", flush=True)
+while True:
+    reply = r.xreadgroup("g", "c", {"raw:in": ">"}, count=100, block=1000)
+    for _, entries in reply or []:
+        pipe = r.pipeline(transaction=True)
+        for entry_id, fields in entries:
+            pipe.lpush(b"raw:out:" + fields[b"id"], b"ok")
+            pipe.xack("raw:in", "g", entry_id)
+        pipe.execute()
+"""
+
+
+def timed(count: int, one: object) -> list[int]:
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter_ns()
+        one()  # type: ignore[operator]
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def main() -> None:
+    from laya.client import Client
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_valkey(Path(tmp))
+        url = f"{server.connection_url}/0"
+        redis = Redis.from_url(url)
+        env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_ROUTES": str(ROUTES)}
+        router = subprocess.Popen([sys.executable, "-m", "laya", "--log-level", "WARNING", "router"], env=env)
+        consumer = subprocess.Popen([sys.executable, "-c", RAW_CONSUMER, url], stdout=subprocess.PIPE)
+        try:
+            assert consumer.stdout is not None and consumer.stdout.readline().startswith(b"ready")
+            client = Client(redis)
+            while client.ask("hello", timeout=10).route != "rule:greeting":  # router up and warm
+                pass
+
+            def laya_once() -> None:
+                request_id = client.submit("hello")
+                reply = redis.blpop([client.keys.done(request_id)], timeout=10)
+                assert reply is not None
+
+            def raw_once() -> None:
+                key = uuid.uuid4().hex.encode()
+                redis.xadd("raw:in", {"id": key})
+                assert redis.blpop([b"raw:out:" + key], timeout=10) is not None
+
+            for warm in (laya_once, raw_once):
+                timed(200, warm)
+            ping = summary_us(timed(REQUESTS, redis.ping))
+            raw = summary_us(timed(REQUESTS, raw_once))
+            laya = summary_us(timed(REQUESTS, laya_once))
+        finally:
+            router.terminate()
+            consumer.kill()
+            router.wait()
+            server.stop()
+    lines = [f"# Short-circuit end-to-end latency ({REQUESTS} sequential requests, loopback Valkey)", "",
+             "| path | p50 (ms) | p99 (ms) | mean (ms) | p50 vs raw stream |", "|---|---:|---:|---:|---:|"]
+    for name, figures in (("PING round trip", ping), ("raw stream round trip (XADD → consumer → BLPOP)", raw),
+                          ("Laya: submit → rule answer visible", laya)):
+        lines.append(f"| {name} | {figures['p50'] / 1000:.3f} | {figures['p99'] / 1000:.3f} | "
+                     f"{figures['mean'] / 1000:.3f} | {figures['p50'] / raw['p50']:.2f}x |")
+    ok = laya["p50"] <= 500 and laya["p50"] <= 3 * raw["p50"]
+    lines += ["", f"Target p50 ≤ 0.5 ms and ≤ 3x the raw stream round trip: {'met' if ok else 'NOT met'}."]
+    write_results("router_latency.md", lines)
+
+
+if __name__ == "__main__":
+    main()
