@@ -119,3 +119,41 @@ def test_demo_runs_to_its_summary(tmp_path: Path) -> None:
         assert route in second_pass
     assert "model:default" in demo.stdout.split("second pass")[0]
     assert "0 resubmitted" in second_pass
+
+
+def test_sighup_reloads_rules_and_a_bad_file_keeps_the_old_ones(redis: Redis, redis_server: Server,
+                                                                tiny_model: Path, tmp_path: Path) -> None:
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[rule]]\nname="one"\nmatch="exact"\npatterns=["one"]\nreply="1"\n')
+    router = subprocess.Popen([sys.executable, "-m", "laya", "router"],
+                              env=laya_env(redis_server.url, tiny_model, routes))
+    client = Client(redis)
+    try:
+        assert client.ask("one", timeout=20).route == "rule:one"
+        routes.write_text('[[rule]]\nname="two"\nmatch="exact"\npatterns=["two"]\nreply="2"\n')
+        router.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 20
+        while client.ask("two", timeout=20, cache=False).route != "rule:two":
+            assert time.monotonic() < deadline, "the reload never took effect"
+            time.sleep(0.1)
+        routes.write_text('[[rule]]\nname="bad"\nmatch="regex"\npatterns=["("]\nreply="x"\n')
+        router.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        assert client.ask("two", timeout=20).route == "rule:two"
+        assert router.poll() is None
+        stats = subprocess.run([str(BIN / "laya"), "stats", "--json"], capture_output=True, text=True, timeout=30,
+                               env=laya_env(redis_server.url, tiny_model, routes), check=True).stdout
+        assert orjson.loads(stats)["rules"] == "1"
+    finally:
+        router.send_signal(signal.SIGTERM)
+        router.wait(timeout=20)
+
+
+def test_laya_bench_routing_reports_percentiles_and_baselines() -> None:
+    done = subprocess.run([str(BIN / "laya"), "bench", "routing", "--rules", "100", "--cache-entries", "1000",
+                           "--requests", "2000", "--json"], capture_output=True, text=True, timeout=120, check=True)
+    report = orjson.loads(done.stdout)
+    assert report["rules"] == 100
+    for figures in (report["laya_us"], report["naive_regex_loop_us"]):
+        assert 0 < figures["p50"] <= figures["p99"] <= figures["p999"]
+    assert report["seed_method_us"]["decode_and_route_p50"] > 0
