@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from laya.errors import ConfigError
 
@@ -107,8 +107,24 @@ class RuntimeConfig(BaseModel):
         description="A running job whose worker sent no heartbeat this long counts as lost. It must "
         "cover the longest prompt evaluation, which sends none.",
     )
+    job_retries: int = Field(
+        1, ge=0, le=10, description="Times a job whose worker was lost is run again before it fails."
+    )
     default_max_tokens: int = Field(256, ge=1, le=1_048_576, description="max_tokens when a request gives none.")
     max_tokens_limit: int = Field(4096, ge=1, le=1_048_576, description="Largest max_tokens a request may ask.")
+
+
+    @model_validator(mode="after")
+    def _beats_fit_the_ttl(self) -> RuntimeConfig:
+        if self.heartbeat_interval_s * 2 > self.lock_ttl_s:
+            raise ValueError(f"heartbeat_interval_s ({self.heartbeat_interval_s}) must be at most half of "
+                             f"heartbeat_ttl_s - 2 ({self.lock_ttl_s}) so a live job never looks lost")
+        return self
+
+    @property
+    def lock_ttl_s(self) -> int:
+        """A request's lock outlives a missed beat but expires before the reaper requeues the job."""
+        return self.heartbeat_ttl_s - 2
 
 
 class MemoryConfig(BaseModel):
@@ -147,6 +163,9 @@ class RouterConfig(BaseModel):
     )
     batch_size: int = Field(256, ge=1, le=10_000, description="Stream entries read per round trip.")
     block_ms: int = Field(1000, ge=1, le=60_000, description="How long one read waits for entries.")
+    reap_interval_s: float = Field(
+        2.0, gt=0, le=600, description="How often a router looks for jobs whose worker was lost."
+    )
     claim_idle_ms: int = Field(
         15_000, ge=100, le=3_600_000, description="Pending entries idle this long are reclaimed."
     )

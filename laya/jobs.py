@@ -1,8 +1,15 @@
 """The one job function Laya's workers run, and the runtime it runs in.
 
-RQ imports whatever ``func_name`` a job record names. The worker checks every
-job against :data:`ALLOWED_FUNCTIONS` before running it, so writing a job
-naming ``os.system`` into a Laya queue runs nothing.
+RQ imports whatever ``func_name`` a job record names, and any success or
+failure callback it carries. Workers and the reaper check every job with
+:func:`is_laya_job` first, so a job naming ``os.system`` (as its function or
+as a callback) written into a Laya queue runs nothing.
+
+A job may be delivered more than once (a producer resubmitting an id, a job
+requeued after its worker was declared lost). :func:`generate` therefore
+skips a request that already has a result, and takes a per-request lock that
+the worker's heartbeat keeps alive, so one request never runs on two workers
+at once.
 """
 
 from __future__ import annotations
@@ -17,17 +24,18 @@ import orjson
 
 from laya.cache import cacheable
 from laya.codec import error_result
-from laya.errors import ContextTooLong, LayaError
+from laya.errors import LayaError
 from laya.schema import Request, Result, Timings, Usage
 
 if TYPE_CHECKING:
     from redis import Redis
+    from rq.job import Job
 
     from laya.backend import LLMBackend
     from laya.keys import Keys
     from laya.results import ResultStore
 
-__all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime"]
+__all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job"]
 
 JOB_FUNCTION = "laya.jobs.generate"
 ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
@@ -46,7 +54,9 @@ class WorkerRuntime:
     job_timeout_s: float
     cache_ttl_s: int
     heartbeat: Callable[[], None]
-    """Throttled liveness signal, called from the token loop."""
+    """Throttled liveness signal, called from the token loop (also keeps the request's lock)."""
+    worker_name: str
+    lock_ttl_s: int
 
 
 _runtime: WorkerRuntime | None = None
@@ -57,6 +67,17 @@ def install_runtime(runtime: WorkerRuntime | None) -> None:
     _runtime = runtime
 
 
+def is_laya_job(job: Job) -> bool:
+    """A job Laya enqueued: its function is Laya's, and it names no callbacks or dependencies."""
+    try:
+        func_name = job.func_name
+    except Exception:  # undecodable data (e.g. pickled by a foreign producer)
+        return False
+    return (func_name in ALLOWED_FUNCTIONS and not job._success_callback_name
+            and not job._failure_callback_name and not job._stopped_callback_name
+            and not job._dependency_ids)
+
+
 def generate(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one routed request on the loaded model and write its result."""
     if _runtime is None:
@@ -64,6 +85,20 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
     rt = _runtime
     started = time.time()
     request = Request.model_validate(payload["request"])
+    if rt.redis.exists(rt.keys.result(request.id)):
+        log.info("request %s already has a result; not running it again", request.id)
+        return {"route": "duplicate"}
+    lock = rt.keys.lock(request.id)
+    if not rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
+        log.warning("request %s is running on %s; not running it twice", request.id, rt.redis.get(lock))
+        return {"route": "duplicate"}
+    try:
+        return _generate(rt, request, payload, started)
+    finally:
+        rt.redis.delete(lock)
+
+
+def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], started: float) -> dict[str, Any]:
     model = payload["model"]
     max_tokens = int(payload["max_tokens"])
     timings = Timings(route_us=payload.get("route_us"),
@@ -73,12 +108,11 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
         gen = rt.backend.generate(request, max_tokens=max_tokens, deadline=deadline,
                                   on_token=lambda _count: rt.heartbeat())
     except LayaError as exc:
+        # A handled failure is an answer: the producer gets the error, the job finishes.
         result = error_result(request.id, exc, timings=timings, model=model, metadata=request.metadata)
         _finish(rt, request, result)
         log.warning("request %s failed: %s", request.id, exc.code)
-        if isinstance(exc, ContextTooLong):
-            return {"route": result.route}
-        raise
+        return {"route": result.route}
     timings.ttft_ms = gen.ttft_s * 1000
     timings.generation_ms = gen.generation_s * 1000
     timings.tokens_per_s = gen.decode_tokens_per_s

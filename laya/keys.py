@@ -56,5 +56,9 @@ class Keys:
     def reply_prefix(self) -> str:
         return f"{self.prefix}:reply:"
 
+    def lock(self, request_id: str) -> str:
+        """Held by the worker running a request, kept alive by its heartbeat."""
+        return f"{self.prefix}:lock:{request_id}"
+
     def cache(self, digest: str) -> str:
         return f"{self.prefix}:cache:{digest}"

@@ -35,7 +35,7 @@ import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq import Queue
+from rq import Queue, Retry
 
 from laya.cache import LocalCache, cache_key
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
@@ -43,6 +43,7 @@ from laya.config import Settings
 from laya.errors import RequestError
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
+from laya.reaper import Reaper
 from laya.results import ResultStore
 from laya.rules import RuleSet, load_rules
 from laya.schema import Request
@@ -266,6 +267,8 @@ class Router:
         ]
         self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
                        for name in settings.model_names}
+        self.reaper = Reaper(self.queues, self.results, ttl_s=cfg.result_ttl_s)
+        self._reap_due = 0.0
         self.latency = LatencyWindow()
         self._counts: Counter[str] = Counter()
         self._stats_due = 0.0
@@ -387,6 +390,7 @@ class Router:
         runtime = self.settings.runtime
         return Queue.prepare_data(
             JOB_FUNCTION, args=[payload], job_id=flight.request_id,
+            retry=Retry(max=runtime.job_retries) if runtime.job_retries else None,
             timeout=runtime.job_timeout_s, result_ttl=self.settings.router.result_ttl_s,
             failure_ttl=self.settings.router.result_ttl_s,
             description=f"laya {flight.model} {flight.request_id}",
@@ -424,9 +428,13 @@ class Router:
                     self.handle(entries, wait=False)
                 else:
                     self.flush()
-                if time.monotonic() >= self._stats_due:
-                    self._stats_due = time.monotonic() + 1.0
+                clock = time.monotonic()
+                if clock >= self._stats_due:
+                    self._stats_due = clock + 1.0
                     self.publish_stats()
+                if clock >= self._reap_due:
+                    self._reap_due = clock + self.settings.router.reap_interval_s
+                    self.reaper.run_once()
                 backoff = 0.1
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 log.warning("redis unavailable (%s); retrying in %.1f s", type(exc).__name__, backoff)

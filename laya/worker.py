@@ -28,7 +28,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
 from laya.errors import DoesNotFit, ModelLoadError
-from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime
+from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job
 from laya.keys import Keys
 from laya.machine import MiB, detect_machine
 from laya.modelfile import read_model_info
@@ -64,16 +64,18 @@ class LayaWorker(SimpleWorker):
         super().__init__(queues, connection=connection, serializer="json", **kwargs)
         self.settings = settings
         self.backend = backend
-        keys = Keys(settings.redis.prefix)
+        self.keys = Keys(settings.redis.prefix)
         self._current: tuple[Job, Any] | None = None
         self._last_beat = 0.0
         install_runtime(WorkerRuntime(
             backend=backend,
-            results=ResultStore(connection, keys, ttl_s=settings.router.result_ttl_s),
-            redis=connection, keys=keys,
+            results=ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s),
+            redis=connection, keys=self.keys,
             job_timeout_s=settings.runtime.job_timeout_s,
             cache_ttl_s=settings.router.cache_ttl_s,
             heartbeat=self.beat,
+            worker_name=self.name,
+            lock_ttl_s=settings.runtime.lock_ttl_s,
         ))
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
@@ -87,15 +89,17 @@ class LayaWorker(SimpleWorker):
             return
         self._last_beat = clock
         self.maintain_heartbeats(*current)
+        self.connection.expire(self.keys.lock(current[0].id), self.settings.runtime.lock_ttl_s)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         execution = self.prepare_execution(job)
-        if job.func_name not in ALLOWED_FUNCTIONS:
-            log.error("refused job %s: %r is not a Laya job function", job.id, job.func_name)
+        if not is_laya_job(job):
+            log.error("refused job %s: not a Laya job (function, callbacks or data)", job.id)
             job.started_at = job.ended_at = now()
+            job.retries_left = 0
             self.handle_job_failure(job, queue, exc_string=(
-                f"refused: {job.func_name!r} is not a Laya job function; Laya workers run only "
-                f"{sorted(ALLOWED_FUNCTIONS)}"), execution=execution)
+                "refused: not a Laya job function; Laya workers run only "
+                f"{sorted(ALLOWED_FUNCTIONS)}, without callbacks or dependencies"), execution=execution)
         else:
             self._current, self._last_beat = (job, execution), time.monotonic()
             try:
