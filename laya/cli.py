@@ -44,7 +44,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     from laya.router import run_router
 
     settings = _settings(args)
-    run_router(settings, connect(settings))
+    run_router(settings, connect(settings, wait=True))
     return 0
 
 
@@ -53,7 +53,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from laya.worker import run_worker
 
     settings = _settings(args)
-    run_worker(settings, connect(settings), burst=args.burst, force=args.force)
+    run_worker(settings, connect(settings, wait=True), burst=args.burst, force=args.force)
     return 0
 
 

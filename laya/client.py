@@ -38,7 +38,9 @@ class Client:
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "laya") -> Client:
-        return cls(Redis.from_url(url), prefix=prefix)
+        from laya.connection import open_redis
+
+        return cls(open_redis(url), prefix=prefix)
 
     # -- submit --------------------------------------------------------------
 

@@ -2,23 +2,47 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from laya.config import Settings, redact_url
 from laya.errors import ServerError
 
-__all__ = ["connect"]
+__all__ = ["connect", "open_redis"]
+
+log = logging.getLogger("laya.connection")
 
 
-def connect(settings: Settings, *, check: bool = True) -> Redis:
-    """A client for the configured server; with ``check``, fail now if it cannot be reached."""
+def open_redis(url: str) -> Redis:
+    """A client for blocking reads: no read timeout (redis-py 8 defaults to 5 s, which cuts a
+    longer BLPOP short); dead peers are found by TCP keepalive and health checks instead."""
+    return Redis.from_url(url, socket_timeout=None, socket_connect_timeout=5, socket_keepalive=True,
+                          health_check_interval=30)
+
+
+def connect(settings: Settings, *, check: bool = True, wait: bool = False) -> Redis:
+    """A client for the configured server.
+
+    ``check``: fail now if the server cannot be reached. ``wait``: instead keep
+    trying (with backoff, saying so in the log), as the long-running processes do
+    so that they can start before Redis or ride out its restart.
+    """
     url = settings.redis.effective_url
-    redis = Redis.from_url(url, health_check_interval=30, socket_keepalive=True, socket_connect_timeout=5)
-    if check:
+    redis = open_redis(url)
+    backoff = 0.2
+    while check or wait:
         try:
             redis.ping()
+            return redis
         except (RedisConnectionError, OSError) as exc:
             hint = " (start one with `laya up`, or set LAYA_REDIS_URL)" if settings.redis.url is None else ""
-            raise ServerError(f"cannot reach Redis at {redact_url(url)}{hint}: {exc}") from None
+            message = f"cannot reach Redis at {redact_url(url)}{hint}: {exc}"
+            if not wait:
+                raise ServerError(message) from None
+            log.warning("%s; retrying in %.1f s", message, backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
     return redis

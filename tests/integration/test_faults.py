@@ -1,0 +1,158 @@
+"""Crashes with real processes and real servers: SIGKILL, not polite shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from redis import Redis
+from rq import Queue, Worker
+
+from laya.client import Client
+from laya.schema import Result
+
+from ..conftest import Server
+
+FAST_FAILOVER = {"LAYA_ROUTER__CLAIM_IDLE_MS": "500", "LAYA_ROUTER__BLOCK_MS": "100",
+                 "LAYA_ROUTER__REAP_INTERVAL_S": "0.3", "LAYA_RUNTIME__HEARTBEAT_TTL_S": "5",
+                 "LAYA_RUNTIME__HEARTBEAT_INTERVAL_S": "0.5", "LAYA_RUNTIME__MAX_SEQ_LEN": "65536",
+                 "LAYA_RUNTIME__MAX_TOKENS_LIMIT": "60000", "LAYA_ROUTER__MAX_QUEUE_DEPTH": "100000"}
+
+
+def spawn(role: str, url: str, model: Path, routes: Path, **extra: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes),
+           **FAST_FAILOVER, **extra}
+    return subprocess.Popen([sys.executable, "-m", "laya", role], env=env)
+
+
+def stop(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def collect(client: Client, ids: list[str], channel: str, timeout: float) -> dict[str, list[Result]]:
+    """Every result pushed to the channel, per id (to count duplicates), until all ids answered."""
+    seen: dict[str, list[Result]] = {}
+    deadline = time.monotonic() + timeout
+    while len(seen) < len(ids):
+        assert time.monotonic() < deadline, f"{len(ids) - len(seen)} of {len(ids)} requests never answered"
+        for result in client.poll_channel(channel, timeout=0.5):
+            seen.setdefault(result.id, []).append(result)
+    for result in client.poll_channel(channel, timeout=0.5):  # late duplicates, if any
+        seen.setdefault(result.id, []).append(result)
+    return seen
+
+
+def test_router_killed_mid_stream_loses_nothing(redis: Redis, redis_server: Server, tiny_model: Path,
+                                                routes_file: Path) -> None:
+    client = Client(redis)
+    channel = client.new_channel()
+    worker = spawn("worker", redis_server.url, tiny_model, routes_file)
+    first = spawn("router", redis_server.url, tiny_model, routes_file)
+    second = None
+    try:
+        prompts = [["hello", "ping", f"job {i} z", "opening hours please"][i % 4] for i in range(3000)]
+        ids = client.submit_many(({"prompt": p, "max_tokens": 8} for p in prompts), reply_to=channel)
+        wait_for(lambda: redis.exists("laya:stats:router"), 20, "the first router")
+        time.sleep(0.05)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert redis.xlen("laya:ingress") > 0, "the router finished before it was killed; nothing was tested"
+        second = spawn("router", redis_server.url, tiny_model, routes_file)
+        seen = collect(client, ids, channel, timeout=90)
+    finally:
+        stop(*(p for p in (first, second, worker) if p is not None))
+    assert set(seen) == set(ids)
+    assert all(len(results) == 1 for results in seen.values()), "a request was answered twice"
+    assert {r[0].kind for r in seen.values()} == {"rule", "model"}
+
+
+def test_entries_of_a_router_that_died_after_reading_are_reclaimed(redis: Redis, redis_server: Server,
+                                                                   tiny_model: Path, routes_file: Path) -> None:
+    client = Client(redis)
+    redis.xgroup_create("laya:ingress", "routers", id="0", mkstream=True)
+    ids = [client.submit("hello") for _ in range(20)]
+    # What a router killed between its read and its commit leaves behind: delivered, never acknowledged.
+    taken = redis.xreadgroup("routers", "dead-router", {"laya:ingress": ">"}, count=100)
+    assert len(taken[0][1]) == 20
+    router = spawn("router", redis_server.url, tiny_model, routes_file)
+    try:
+        results = [client.wait(i, timeout=30) for i in ids]
+    finally:
+        stop(router)
+    assert all(r.route == "rule:greeting" for r in results)
+    assert redis.xpending("laya:ingress", "routers")["pending"] == 0
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endless_model: Path,
+                                      routes_file: Path, retries: int) -> None:
+    client = Client(redis)
+    extra = {"LAYA_RUNTIME__JOB_RETRIES": str(retries)}
+    router = spawn("router", redis_server.url, endless_model, routes_file, **extra)
+    worker = spawn("worker", redis_server.url, endless_model, routes_file, **extra)
+    replacement = None
+    try:
+        request_id = client.submit("tell me everything", max_tokens=30000, cache=False)
+        wait_for(lambda: redis.exists(f"laya:lock:{request_id}"), 30, "the job to start")
+        time.sleep(0.3)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        killed_at = time.monotonic()
+        if retries:
+            replacement = spawn("worker", redis_server.url, endless_model, routes_file, **extra)
+        result = client.wait(request_id, timeout=120)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        stop(*(p for p in (router, worker, replacement) if p is not None))
+    if retries:
+        assert result.route == "model:default" and result.usage.completion_tokens == 30000
+    else:
+        assert result.route == "error:worker_lost" and "heartbeats" in result.error.message  # type: ignore[union-attr]
+        assert elapsed < 15  # heartbeat_ttl_s 5 + reap interval, not RQ's timeout + 60 s
+    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    assert job is not None and job.get_status() in ("finished", "failed")
+
+
+def test_valkey_killed_and_restarted_with_aof_loses_no_accepted_request(tmp_path: Path, tiny_model: Path,
+                                                                       routes_file: Path) -> None:
+    server = Server(tmp_path / "aof", appendonly="yes", appendfsync="always").start()
+    redis = server.client()
+    client = Client(redis)
+    router = spawn("router", server.url, tiny_model, routes_file)
+    worker = spawn("worker", server.url, tiny_model, routes_file)
+    try:
+        client.ask("hello", timeout=30)
+        wait_for(lambda: Worker.count(connection=redis) > 0, 30, "the worker")
+        channel = client.new_channel()
+        ids = client.submit_many(({"prompt": f"item {i} e", "max_tokens": 4} for i in range(300)), reply_to=channel)
+        server.kill()  # SIGKILL, straight after the producer was told "accepted"
+        time.sleep(0.5)
+        server.start()
+        answered = {r.id: r for r in client.wait_many(ids, channel, timeout=90)}
+        assert set(answered) == set(ids)
+        assert all(r.route == "model:default" and r.text == "fghijklmnopqrstuvwxyz"[:4] or r.kind == "cache"
+                   for r in answered.values())
+        assert router.poll() is None and worker.poll() is None, "a process died with the server"
+    finally:
+        stop(router, worker)
+        server.stop()
