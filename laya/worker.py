@@ -177,7 +177,7 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
         worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
                             name=name if attempt == 0 else f"{name}.{attempt}")
         worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
-        if burst or worker._stop_requested:
+        if burst or worker._stop_requested or worker._shutdown_requested_date is not None:
             return worked
         log.warning("worker loop stopped (Redis unavailable?); starting it again in 1 s")
         time.sleep(1)

