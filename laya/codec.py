@@ -51,13 +51,18 @@ def decode_result(data: bytes | str) -> Result:
 def _describe_validation(error: ValidationError) -> InvalidRequest:
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or None
-    value = first.get("input")
-    shown = repr(value)
-    if len(shown) > 80:
-        shown = shown[:77] + "..."
+    shown = _short_repr(first.get("input"))
     where = f"field '{field}' = {shown}: " if field else ""
     extra = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
     return InvalidRequest(f"{where}{first['msg']}{extra}", field=field)
+
+
+def _short_repr(value: Any) -> str:
+    """A bounded description of a hostile value (containers may nest thousands deep)."""
+    if isinstance(value, (list, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
 
 
 def decode_request(fields: Mapping[bytes, bytes], limits: Limits) -> Request:

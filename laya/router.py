@@ -128,6 +128,12 @@ class DecodeStage:
                 flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
                 flight.answer(**error_fields(exc))
                 continue
+            except Exception as exc:  # a decoder bug must cost one request, not the router
+                log.exception("entry %s could not be decoded", flight.entry_id)
+                flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
+                flight.answer(**error_fields(RequestError(f"request could not be read ({type(exc).__name__})",
+                                                          code="internal")))
+                continue
             flight.request = request
             flight.request_id, flight.reply_to = request.id, request.reply_to
             flight.model = request.model or self.default_model
@@ -444,6 +450,10 @@ class Router:
                     self.ensure_group()
                 except (RedisConnectionError, RedisTimeoutError):
                     pass
+            except Exception:  # a bug: keep serving; the batch stays pending and is reclaimed
+                log.exception("batch failed; its entries will be reclaimed after %d ms",
+                              self.settings.router.claim_idle_ms)
+                time.sleep(1)
         self.flush()
         self._committer.shutdown()
         log.info("router %s stopped", self.consumer)
