@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -156,3 +157,70 @@ def test_valkey_killed_and_restarted_with_aof_loses_no_accepted_request(tmp_path
     finally:
         stop(router, worker)
         server.stop()
+
+
+def test_duplicate_delivery_runs_once_and_answers_once(redis: Redis, redis_server: Server, endless_model: Path,
+                                                       routes_file: Path, tmp_path: Path) -> None:
+    client = Client(redis)
+    channel = client.new_channel()
+    logs = [tmp_path / f"worker{i}.log" for i in range(2)]
+    env = {**os.environ, **FAST_FAILOVER, "LAYA_REDIS_URL": redis_server.url, "LAYA_MODEL_PATH": str(endless_model)}
+    workers = [subprocess.Popen([sys.executable, "-m", "laya", "worker"], env=env, stderr=open(log, "wb"))
+               for log in logs]
+    router = spawn("router", redis_server.url, endless_model, routes_file)
+    try:
+        wait_for(lambda: Worker.count(connection=redis) == 2, 30, "two workers")
+        request = {"id": "same-id", "prompt": "again and again", "max_tokens": 20000, "cache": False}
+        client.submit_many([request], reply_to=channel)
+        wait_for(lambda: redis.exists("laya:lock:same-id"), 30, "the first run")
+        client.submit_many([request], reply_to=channel)  # the same request id delivered a second time
+        seen = collect(client, ["same-id"], channel, timeout=120)
+        time.sleep(1.0)
+        seen["same-id"] += client.poll_channel(channel, timeout=1.0)
+    finally:
+        stop(router, *workers)
+    assert len(seen["same-id"]) == 1
+    assert seen["same-id"][0].usage.completion_tokens == 20000
+    text = "".join(log.read_text() for log in logs)
+    assert "not running it twice" in text or "already has a result" in text
+
+
+def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis, redis_server: Server,
+                                                                   endless_model: Path, routes_file: Path,
+                                                                   tmp_path: Path) -> None:
+    extra = {"LAYA_ROUTER__MAX_QUEUE_DEPTH": "4", "LAYA_ROUTER__RETRY_AFTER_S": "0.2"}
+    router = spawn("router", redis_server.url, endless_model, routes_file, **extra)
+    worker = spawn("worker", redis_server.url, endless_model, routes_file, **extra)
+    lines = tmp_path / "burst.jsonl"
+    lines.write_bytes(b"".join(b'{"prompt": "burst %d", "max_tokens": 1500, "cache": false}\n' % i
+                               for i in range(40)))
+    depths: list[int] = []
+    sampling = True
+
+    def sample() -> None:
+        while sampling:
+            depths.append(int(redis.llen("rq:queue:laya:llm:default")))
+            time.sleep(0.02)
+
+    import threading
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        out = tmp_path / "out.jsonl"
+        done = subprocess.run([sys.executable, "-m", "laya", "batch", str(lines), "-o", str(out), "--window", "40"],
+                              env={**os.environ, "LAYA_REDIS_URL": redis_server.url}, capture_output=True,
+                              text=True, timeout=300)
+    finally:
+        sampling = False
+        sampler.join()
+        stop(router, worker)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["line"] for r in records] == list(range(1, 41))
+    assert all(r["route"] == "model:default" for r in records)
+    resubmitted = int(done.stdout.split(" resubmitted")[0].rsplit(";", 1)[1])
+    assert resubmitted > 0
+    assert max(depths) <= 4  # the queue never grew past its bound
+    stats = redis.hgetall("laya:stats:router")
+    assert int(stats[b"count:rejected:overloaded"]) == resubmitted
