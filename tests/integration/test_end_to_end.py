@@ -98,12 +98,13 @@ def test_laya_up_serves_and_stops_cleanly_on_sigint(tmp_path: Path, tiny_model: 
                                 capture_output=True, text=True, timeout=60)
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.strip() == "pqrstuvwxyz"
+        children = subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) == 3  # valkey-server, router, worker
     finally:
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=30) == 0
-    leftovers = subprocess.run(["pgrep", "-af", f"valkey-server.*:{port}|-m laya (router|worker)"],
-                               capture_output=True, text=True).stdout
-    assert leftovers == ""
+    alive = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert alive == [], "a process of `laya up` outlived it"
     with pytest.raises(RedisConnectionError):
         Redis(port=port, socket_connect_timeout=1).ping()
 

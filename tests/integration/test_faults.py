@@ -113,7 +113,7 @@ def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endles
     worker = spawn("worker", redis_server.url, endless_model, routes_file, **extra)
     replacement = None
     try:
-        request_id = client.submit("tell me everything", max_tokens=30000, cache=False)
+        request_id = client.submit("tell me everything", max_tokens=6000, cache=False)
         wait_for(lambda: redis.exists(f"laya:lock:{request_id}"), 30, "the job to start")
         time.sleep(0.3)
         worker.send_signal(signal.SIGKILL)
@@ -126,7 +126,7 @@ def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endles
     finally:
         stop(*(p for p in (router, worker, replacement) if p is not None))
     if retries:
-        assert result.route == "model:default" and result.usage.completion_tokens == 30000
+        assert result.route == "model:default" and result.usage.completion_tokens == 6000
     else:
         assert result.route == "error:worker_lost" and "heartbeats" in result.error.message  # type: ignore[union-attr]
         assert elapsed < 15  # heartbeat_ttl_s 5 + reap interval, not RQ's timeout + 60 s
@@ -170,7 +170,7 @@ def test_duplicate_delivery_runs_once_and_answers_once(redis: Redis, redis_serve
     router = spawn("router", redis_server.url, endless_model, routes_file)
     try:
         wait_for(lambda: Worker.count(connection=redis) == 2, 30, "two workers")
-        request = {"id": "same-id", "prompt": "again and again", "max_tokens": 20000, "cache": False}
+        request = {"id": "same-id", "prompt": "again and again", "max_tokens": 6000, "cache": False}
         client.submit_many([request], reply_to=channel)
         wait_for(lambda: redis.exists("laya:lock:same-id"), 30, "the first run")
         client.submit_many([request], reply_to=channel)  # the same request id delivered a second time
@@ -180,7 +180,7 @@ def test_duplicate_delivery_runs_once_and_answers_once(redis: Redis, redis_serve
     finally:
         stop(router, *workers)
     assert len(seen["same-id"]) == 1
-    assert seen["same-id"][0].usage.completion_tokens == 20000
+    assert seen["same-id"][0].usage.completion_tokens == 6000
     text = "".join(log.read_text() for log in logs)
     assert "not running it twice" in text or "already has a result" in text
 
@@ -192,7 +192,7 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
     router = spawn("router", redis_server.url, endless_model, routes_file, **extra)
     worker = spawn("worker", redis_server.url, endless_model, routes_file, **extra)
     lines = tmp_path / "burst.jsonl"
-    lines.write_bytes(b"".join(b'{"prompt": "burst %d", "max_tokens": 1500, "cache": false}\n' % i
+    lines.write_bytes(b"".join(b'{"prompt": "burst %d", "max_tokens": 500, "cache": false}\n' % i
                                for i in range(40)))
     depths: list[int] = []
     sampling = True
