@@ -48,7 +48,7 @@ class Client:
                **params: Any) -> str:
         """Validate and submit one request; returns its id."""
         try:
-            request = Request(prompt=prompt, messages=messages, **params)  # type: ignore[arg-type]
+            request = Request.model_validate({"prompt": prompt, "messages": messages, **params})
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or None
@@ -121,7 +121,8 @@ class Client:
         reply = self.redis.blpop([key], timeout=timeout)
         if reply is None:
             return []
-        return [decode_result(reply[1]), *(decode_result(raw) for raw in self.redis.lpop(key, 1000) or [])]
+        rest: Any = self.redis.lpop(key, 1000) or []
+        return [decode_result(reply[1]), *(decode_result(raw) for raw in rest)]
 
     def wait_many(self, request_ids: Iterable[str], channel: str, *, timeout: float = 600.0,
                   idle_check_s: float = 2.0) -> Iterator[Result]:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from laya.errors import InvalidRequest, RequestError, UnknownModel
+from laya.errors import InvalidRequest, UnknownModel
 from laya.schema import REQUEST_ID_PATTERN, Request, Result
 
 __all__ = ["Limits", "decode_request", "decode_result", "encode_request", "encode_result", "error_fields",

@@ -27,7 +27,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from laya.machine import GiB, MiB, Machine
+from laya.machine import GiB, Machine, MiB
 from laya.modelfile import ModelInfo
 
 if TYPE_CHECKING:
@@ -302,7 +302,7 @@ def make_plan(model: ModelInfo, machine: Machine, inp: PlanInput) -> Plan:
                             f"{model.key_length}/{model.value_length}: use kv_cache_policy = \"f16\"")
         return plan
     if gpu_plan and inp.offload_policy == "disabled":
-        on_gpu, output = _gpu_layers(model, inp.n_gpu_layers)
+        on_gpu, _ = _gpu_layers(model, inp.n_gpu_layers)
         if on_gpu < model.n_layer:
             plan.verdict = "refuse"
             plan.reasons.append(f"n_gpu_layers = {inp.n_gpu_layers} leaves {model.n_layer - on_gpu} layers on the "

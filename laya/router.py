@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -313,7 +313,7 @@ class Router:
 
     def read_batch(self) -> list[tuple[str, dict[bytes, bytes]]]:
         cfg = self.settings.router
-        entries: list[tuple[bytes, dict[bytes, bytes]]] = []
+        entries: Any = []  # redis-py's reply types are too loose to name
         now = time.monotonic()
         if now >= self._claim_due:
             self._claim_due = now + cfg.claim_idle_ms / 2000
@@ -324,7 +324,7 @@ class Router:
             if entries:
                 log.warning("reclaimed %d pending entries idle over %d ms", len(entries), cfg.claim_idle_ms)
         if not entries:
-            reply = self.redis.xreadgroup(self.keys.router_group, self.consumer, {self.keys.ingress: ">"},
+            reply: Any = self.redis.xreadgroup(self.keys.router_group, self.consumer, {self.keys.ingress: ">"},
                                           count=cfg.batch_size, block=cfg.block_ms)
             entries = reply[0][1] if reply else []
         return [(entry_id.decode(), fields or {}) for entry_id, fields in entries]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 __all__ = ["LatencyWindow", "percentile"]
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
+def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted list (``q`` in 0..100)."""
     if not sorted_values:
         return 0.0

@@ -67,7 +67,7 @@ def _next_token_table(stops: bool) -> np.ndarray:
 def expected_completion(prompt: str, max_tokens: int, *, stops: bool = True) -> str:
     """What the tiny model answers to a plain-text prompt under greedy decoding."""
     last = prompt[-1] if prompt else " "
-    out = []
+    out: list[str] = []
     char = chr(ord(last) + 1) if "a" <= last < "z" else ("a" if last != "z" else None)
     while char is not None and len(out) < max_tokens:
         out.append(char)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from laya.errors import GGUFError
-from laya.machine import GiB, MiB, Gpu, Machine, parse_size
+from laya.machine import GiB, Gpu, Machine, MiB, parse_size
 from laya.modelfile import read_model_info
 from laya.planner import PlanInput, kv_cache_bytes, make_plan
 
