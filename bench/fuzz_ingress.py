@@ -92,9 +92,11 @@ def main() -> None:
         model = write_tiny_model(Path(tmp) / "tiny.gguf")
         env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model),
                "LAYA_ROUTES": str(Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml")}
-        logs = {role: open(Path(tmp) / f"{role}.log", "w+b") for role in ("router", "worker")}
-        procs = {role: subprocess.Popen([sys.executable, "-m", "laya", role], env=env, stderr=logs[role])
-                 for role in ("router", "worker")}
+        logs = {role: Path(tmp) / f"{role}.log" for role in ("router", "worker")}
+        procs = {}
+        for role, log in logs.items():
+            with open(log, "wb") as stderr:
+                procs[role] = subprocess.Popen([sys.executable, "-m", "laya", role], env=env, stderr=stderr)
         expected: list[str] = []
         kinds: collections.Counter[str] = collections.Counter()
         started = time.monotonic()
@@ -130,12 +132,12 @@ def main() -> None:
             for proc in procs.values():
                 proc.wait(timeout=30)
             server.stop()
-        tracebacks = {role: log.seek(0) or log.read().count(b"Traceback") for role, log in logs.items()}
+        tracebacks = {role: log.read_bytes().count(b"Traceback") for role, log in logs.items()}
     crashes = len(exited) + sum(tracebacks.values())
     elapsed = time.monotonic() - started
     lines = [f"# Ingress fuzz: {args.entries:,} hostile entries (seed {args.seed})", "",
-             f"- entries: {args.entries:,}; answered: {args.entries - len(missing):,}; "
-             f"**unanswered: {len(missing)}**",
+             (f"- entries: {args.entries:,}; answered: {args.entries - len(missing):,}; "
+              f"**unanswered: {len(missing)}**"),
              f"- **crashes: {crashes}** (processes that exited: {exited or 'none'}; tracebacks logged: {tracebacks})",
              f"- time: {elapsed:.1f} s", "", "| result route | count |", "|---|---:|"]
     lines += [f"| {route} | {count:,} |" for route, count in kinds.most_common()]

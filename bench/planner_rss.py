@@ -7,7 +7,8 @@ measurement runs in a fresh process that does what `laya worker` does —
 imports, plans, loads the model through the worker's own loading code — then
 generates once (so compute buffers and the KV cache are touched) and reads
 VmRSS. The prompt nearly fills the context, so the KV cache and the compute
-buffers are fully touched: the worst case a worker reaches. The baseline is the same process's RSS after imports, before loading.
+buffers are fully touched: the worst case a worker reaches. The baseline is
+the same process's RSS after imports, before loading.
 Target: predicted total within ±10 % of the measured RSS.
 """
 

@@ -47,13 +47,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, open(Path(tmp) / "processes.log", "wb") as log:
         server = start_valkey(Path(tmp))
         url = f"{server.connection_url}/0"
         model = write_tiny_model(Path(tmp) / "tiny.gguf")
         env = {**os.environ, **FAILOVER, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model),
                "LAYA_ROUTES": str(Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml")}
-        log = open(Path(tmp) / "processes.log", "wb")
 
         def start(role: str) -> subprocess.Popen[bytes]:
             return subprocess.Popen([sys.executable, "-m", "laya", role], env=env, stderr=log)
@@ -116,8 +115,8 @@ def main() -> None:
     lost = len(wanted - deliveries.keys())
     duplicated = sum(1 for rid in wanted if len(deliveries.get(rid, [])) > 1)
     lines = [f"# Soak: {args.requests:,} mixed requests under random SIGKILLs (seed {args.seed})", "",
-             f"- submitted: {len(submitted):,}; answered: {len(wanted & deliveries.keys()):,}; "
-             f"**lost: {lost}**; **duplicated: {duplicated}**",
+             (f"- submitted: {len(submitted):,}; answered: {len(wanted & deliveries.keys()):,}; "
+              f"**lost: {lost}**; **duplicated: {duplicated}**"),
              f"- processes killed: {dict(kills)} ({sum(kills.values())} kills in {elapsed:.0f} s)", "",
              "| route | count |", "|---|---:|"]
     lines += [f"| {route} | {count:,} |" for route, count in routes.most_common()]

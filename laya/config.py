@@ -35,6 +35,7 @@ __all__ = [
     "Settings",
     "format_validation_error",
     "load_settings",
+    "read_toml",
     "redact_url",
 ]
 
@@ -234,6 +235,16 @@ def _resolve_paths(data: dict[str, Any], base: Path) -> None:
             data[section][field] = str(base / value)
 
 
+def read_toml(file: Path, what: str) -> dict[str, Any]:
+    """A TOML file's tables, or a :class:`ConfigError` naming the file and what is wrong."""
+    try:
+        return tomllib.loads(file.read_text(encoding="utf-8"))
+    except (FileNotFoundError, IsADirectoryError):
+        raise ConfigError(f"{file}: {what} not found") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+
+
 def load_settings(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
     """Load the configuration once: file (or ``$LAYA_CONFIG``), then environment overrides."""
     env = os.environ if environ is None else environ
@@ -243,12 +254,7 @@ def load_settings(path: str | Path | None = None, *, environ: Mapping[str, str] 
     if path is not None:
         file = Path(path).expanduser()
         source = str(file)
-        try:
-            data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{file}: config file not found") from None
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+        data = read_toml(file, "config file")
         _resolve_paths(data, file.parent.resolve())
     for section, fields in _env_overrides(env).items():
         if not isinstance(data.setdefault(section, {}), dict):

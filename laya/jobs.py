@@ -71,7 +71,7 @@ def is_laya_job(job: Job) -> bool:
     """A job Laya enqueued: its function is Laya's, and it names no callbacks or dependencies."""
     try:
         func_name = job.func_name
-    except Exception:  # undecodable data (e.g. pickled by a foreign producer)
+    except Exception:  # noqa: BLE001 - undecodable data (e.g. pickled by a foreign producer)
         return False
     return (func_name in ALLOWED_FUNCTIONS and not job._success_callback_name
             and not job._failure_callback_name and not job._stopped_callback_name

@@ -156,7 +156,7 @@ def read_model_info(path: str | Path) -> ModelInfo:
     """Parse the header; raise :class:`GGUFError` for anything that is not a usable GGUF model."""
     path = Path(path)
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the `with` below
     except OSError as exc:
         raise GGUFError(f"{path}: cannot open: {exc.strerror}") from None
     with handle:

@@ -154,10 +154,10 @@ class Plan:
             return f"{n / MiB:,.0f}"
 
         rows = [f"model   {self.model} ({self.file_type or 'unknown type'})", f"machine {self.machine}",
-                f"config  ctx {self.requested.ctx} × {self.requested.n_seq} seq, KV {self.requested.kv_type}, "
-                f"n_gpu_layers {self.requested.n_gpu_layers}, offload {self.requested.offload_policy}", "",
-                f"{'MiB':<8}{'weights':>10}{'kv cache':>10}{'compute':>10}{'runtime':>10}{'margin':>9}"
-                f"{'total':>10}{'budget':>10}  fits"]
+                (f"config  ctx {self.requested.ctx} × {self.requested.n_seq} seq, KV {self.requested.kv_type}, "
+                 f"n_gpu_layers {self.requested.n_gpu_layers}, offload {self.requested.offload_policy}"), "",
+                (f"{'MiB':<8}{'weights':>10}{'kv cache':>10}{'compute':>10}{'runtime':>10}{'margin':>9}"
+                 f"{'total':>10}{'budget':>10}  fits")]
         for d in self.devices:
             rows.append(f"{d.device:<8}{mib(d.weights):>10}{mib(d.kv_cache):>10}{mib(d.compute):>10}"
                         f"{mib(d.runtime):>10}{mib(d.margin):>9}{mib(d.total):>10}{mib(d.budget):>10}  "

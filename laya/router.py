@@ -302,7 +302,7 @@ class Router:
         cfg = self.settings.router
         try:
             new = load_rules(cfg.routes_file, models=self.settings.model_names)
-        except Exception as exc:  # a bad file must never take the router down
+        except Exception as exc:  # noqa: BLE001 - a bad file must never take the router down
             log.error("rules reload refused, keeping %d old rules: %s", len(self.rules_stage.rules), exc)
             return False
         self.rules_stage.rules = new

@@ -29,7 +29,6 @@ import re
 import re._constants as sre_constants
 import re._parser as sre_parser
 import string
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -37,7 +36,7 @@ from typing import Literal
 import ahocorasick
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from laya.config import format_validation_error
+from laya.config import format_validation_error, read_toml
 from laya.errors import ConfigError
 from laya.text import normalise
 
@@ -189,7 +188,7 @@ def required_literal(pattern: re.Pattern[str], minimum: int = 3) -> str | None:
     """
     try:
         parsed = sre_parser.parse(pattern.pattern, pattern.flags)
-    except Exception:  # the pattern compiled; a parser quirk only costs the prefilter
+    except Exception:  # noqa: BLE001 - the pattern compiled; a parser quirk only costs the prefilter
         return None
     runs: list[str] = []
 
@@ -240,12 +239,7 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
     if path is None:
         return RuleSet([], source="<no rules>")
     file = Path(path)
-    try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: routes file not found") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    data = read_toml(file, "routes file")
     try:
         parsed = RulesFile.model_validate(data)
     except ValidationError as exc:

@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from laya.config import Settings
 from laya.errors import ServerError
@@ -55,7 +56,7 @@ class Stack:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _server: object | None = None
 
-    def start(self) -> Stack:
+    def start(self) -> Self:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         model_path = ensure_model(self.settings, self.state_dir)
         self.url = self.settings.redis.url or self._start_server()
@@ -135,7 +136,7 @@ class Stack:
             self._server.stop()  # type: ignore[attr-defined]
             self._server = None
 
-    def __enter__(self) -> Stack:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *_: object) -> None:

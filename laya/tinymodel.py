@@ -22,6 +22,7 @@ real model of the same shape: use ``dim=512, n_layer=8`` for a ~60 MB model.
 
 from __future__ import annotations
 
+import itertools
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +59,7 @@ def _byte_token(byte: int) -> int:
 def _next_token_table(stops: bool) -> np.ndarray:
     table = np.full(VOCAB, _byte_token(ord("a")), dtype=np.int64)
     letters = string.ascii_lowercase
-    for a, b in zip(letters, letters[1:]):
+    for a, b in itertools.pairwise(letters):
         table[_byte_token(ord(a))] = _byte_token(ord(b))
     table[_byte_token(ord("z"))] = EOS if stops else _byte_token(ord("a"))
     return table

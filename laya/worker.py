@@ -23,6 +23,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.timeouts import BaseDeathPenalty
@@ -176,7 +178,12 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
         # so start a fresh loop (under a fresh name: the old one may not have unregistered).
         worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
                             name=name if attempt == 0 else f"{name}.{attempt}")
-        worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
+        try:
+            worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # raised from RQ's start-up, not its loop
+            log.warning("redis unavailable (%s); starting the worker loop again in 1 s", type(exc).__name__)
+            time.sleep(1)
+            continue
         if burst or worker._stop_requested or worker._shutdown_requested_date is not None:
             return worked
         log.warning("worker loop stopped (Redis unavailable?); starting it again in 1 s")

