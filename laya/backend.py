@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from laya.errors import ContextTooLong, GenerationTimeout, InferenceError, ModelLoadError
+from laya.errors import ContextTooLong, GenerationTimeout, InferenceError, InvalidRequest, ModelLoadError
 from laya.schema import Request
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["Generation", "LLMBackend", "LlamaBackend", "ScriptedBackend"]
 
 # llama.cpp's ggml_type numbers for the KV cache types Laya offers.
-KV_TYPES = {"f16": 1, "q4_0": 2, "q8_0": 8}
+GGML_KV_TYPE = {"f16": 1, "q4_0": 2, "q8_0": 8}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class LlamaBackend:
         model = settings.model
         if model.path is None:
             raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
-        kv = KV_TYPES[settings.memory.kv_cache_policy]
+        kv = GGML_KV_TYPE[settings.memory.kv_cache_policy]
         self.name = model.name
         self.path = model.path
         try:
@@ -75,7 +75,7 @@ class LlamaBackend:
                 n_threads=model.n_threads,
                 type_k=kv,
                 type_v=kv,
-                flash_attn=kv != KV_TYPES["f16"],  # llama.cpp needs it for a quantised V cache
+                flash_attn=kv != GGML_KV_TYPE["f16"],  # llama.cpp needs it for a quantised V cache
                 verbose=False,
             )
         except (ValueError, RuntimeError, OSError) as exc:
@@ -107,7 +107,13 @@ class LlamaBackend:
 
     def tokenize(self, request: Request) -> tuple[list[int], list[str]]:
         if request.messages is not None:
-            prompt, extra_stop = self._formatter([m.model_dump() for m in request.messages])
+            try:
+                prompt, extra_stop = self._formatter([m.model_dump() for m in request.messages])
+            except Exception as exc:  # noqa: BLE001 - templates raise what they like (raise_exception, jinja2)
+                raise InvalidRequest(
+                    f"the model's chat template refused these messages: {exc}; many templates want "
+                    "roles to alternate user/assistant, with at most one leading system message",
+                    field="messages") from None
             return self.llm.tokenize(prompt.encode(), add_bos=False, special=True), extra_stop
         assert request.prompt is not None
         return self.llm.tokenize(request.prompt.encode(), add_bos=True, special=False), []

@@ -25,9 +25,6 @@ __all__ = ["CachedAnswer", "LocalCache", "cache_key", "cacheable"]
 CachedAnswer = dict[str, Any]
 """``{"text", "model", "finish_reason", "usage"}`` as stored in Redis."""
 
-CACHEABLE_FINISH = frozenset({"stop", "length"})
-
-
 def cache_key(request: Request, model: str, max_tokens: int, normalised: str | None = None) -> str:
     """Hex digest identifying the answer to ``request`` on ``model``.
 

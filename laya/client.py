@@ -99,6 +99,8 @@ class Client:
         found = self.results.get(request_id)
         if found is not None:
             return found
+        if timeout <= 0:  # BLPOP would read 0 as "wait forever"
+            raise TimeoutError(f"no result for {request_id} yet")
         reply = self.redis.blpop([self.keys.done(request_id)], timeout=timeout)
         if reply is not None:
             return decode_result(reply[1])
@@ -118,11 +120,16 @@ class Client:
     def poll_channel(self, channel: str, *, timeout: float) -> list[Result]:
         """Results pushed to ``channel``: block up to ``timeout`` s for the first, then take all queued."""
         key = self.keys.reply(channel)
-        reply = self.redis.blpop([key], timeout=timeout)
-        if reply is None:
+        first: Any
+        if timeout > 0:
+            popped = self.redis.blpop([key], timeout=timeout)
+            first = popped[1] if popped else None
+        else:  # BLPOP would read 0 as "wait forever"
+            first = self.redis.lpop(key)
+        if first is None:
             return []
         rest: Any = self.redis.lpop(key, 1000) or []
-        return [decode_result(reply[1]), *(decode_result(raw) for raw in rest)]
+        return [decode_result(first), *(decode_result(raw) for raw in rest)]
 
     def wait_many(self, request_ids: Iterable[str], channel: str, *, timeout: float = 600.0,
                   idle_check_s: float = 2.0) -> Iterator[Result]:

@@ -48,13 +48,21 @@ def decode_result(data: bytes | str) -> Result:
     return Result.model_validate(orjson.loads(data))
 
 
+_PATTERN_HINTS = {
+    "id": "use 1-128 letters, digits, '_' or '-' (it is also the RQ job id), or leave it out",
+    "model": "use a model name from the config's [router] models",
+    "reply_to": "use 1-64 letters, digits, '.', '_' or '-'",
+}
+
+
 def _describe_validation(error: ValidationError) -> InvalidRequest:
     first = error.errors()[0]
     field = ".".join(str(part) for part in first["loc"]) or None
     shown = _short_repr(first.get("input"))
     where = f"field '{field}' = {shown}: " if field else ""
+    hint = _PATTERN_HINTS.get(field or "") if first["type"] == "string_pattern_mismatch" else None
     extra = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
-    return InvalidRequest(f"{where}{first['msg']}{extra}", field=field)
+    return InvalidRequest(f"{where}{first['msg']}{'; ' + hint if hint else ''}{extra}", field=field)
 
 
 def _short_repr(value: Any) -> str:

@@ -114,6 +114,12 @@ class RuntimeConfig(BaseModel):
     default_max_tokens: int = Field(256, ge=1, le=1_048_576, description="max_tokens when a request gives none.")
     max_tokens_limit: int = Field(4096, ge=1, le=1_048_576, description="Largest max_tokens a request may ask.")
 
+    @model_validator(mode="after")
+    def _default_within_limit(self) -> RuntimeConfig:
+        if self.default_max_tokens > self.max_tokens_limit:
+            raise ValueError(f"default_max_tokens ({self.default_max_tokens}) is over max_tokens_limit "
+                             f"({self.max_tokens_limit}); lower it or raise the limit")
+        return self
 
     @model_validator(mode="after")
     def _beats_fit_the_ttl(self) -> RuntimeConfig:

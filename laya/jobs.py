@@ -42,6 +42,9 @@ ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
 
 log = logging.getLogger("laya.worker")
 
+_RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+"""Delete a request's lock only if this worker still holds it (it may have expired and been taken)."""
+
 
 @dataclass(slots=True)
 class WorkerRuntime:
@@ -95,7 +98,7 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         return _generate(rt, request, payload, started)
     finally:
-        rt.redis.delete(lock)
+        rt.redis.eval(_RELEASE_LOCK, 1, lock, rt.worker_name)
 
 
 def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], started: float) -> dict[str, Any]:

@@ -53,8 +53,9 @@ class Keys:
         return f"{self.prefix}:reply:{channel}"
 
     @property
-    def reply_prefix(self) -> str:
-        return f"{self.prefix}:reply:"
+    def reaper_lock(self) -> str:
+        """Held by the one router whose reaper is running; the others skip their turn."""
+        return f"{self.prefix}:reaper"
 
     def lock(self, request_id: str) -> str:
         """Held by the worker running a request, kept alive by its heartbeat."""

@@ -31,16 +31,30 @@ __all__ = ["Reaper"]
 
 log = logging.getLogger("laya.reaper")
 
+LOCK_TTL_S = 30
+
 
 class Reaper:
-    def __init__(self, queues: dict[str, Queue], results: ResultStore, *, ttl_s: int) -> None:
+    def __init__(self, queues: dict[str, Queue], results: ResultStore, *, lock_key: str) -> None:
         self.queues = queues
         self.results = results
-        self.ttl_s = ttl_s
+        self.lock_key = lock_key
 
     def run_once(self, now: float | None = None) -> int:
-        """Handle every job abandoned before ``now``; returns how many were failed for good."""
-        cutoff = now if now is not None else time.time()
+        """Handle every job abandoned before ``now``; returns how many were failed for good.
+
+        One router reaps at a time (a lock with a timeout, in case it dies while
+        reaping): two reapers seeing the same lost job would requeue it twice.
+        """
+        redis = self.results.redis
+        if not redis.set(self.lock_key, "1", nx=True, ex=LOCK_TTL_S):
+            return 0
+        try:
+            return self._reap(now if now is not None else time.time())
+        finally:
+            redis.delete(self.lock_key)
+
+    def _reap(self, cutoff: float) -> int:
         failed = 0
         for queue in self.queues.values():
             registry = StartedJobRegistry(queue=queue)

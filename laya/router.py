@@ -40,7 +40,7 @@ from rq import Queue, Retry
 from laya.cache import LocalCache, cache_key
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.config import Settings
-from laya.errors import RequestError
+from laya.errors import LayaError, RequestError
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
 from laya.reaper import Reaper
@@ -197,6 +197,8 @@ class RulesStage:
             spec = match.rule.spec
             if spec.model is not None:
                 flight.model = spec.model
+                if flight.cache_key is not None:  # the key names the model that answers
+                    flight.cache_key = cache_key(flight.request, flight.model, flight.max_tokens, flight.normalised)
                 continue
             text = match.rule.render(prompt=flight.request.text, matched=match.matched, request_id=flight.request_id)
             flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
@@ -220,7 +222,11 @@ class AdmissionStage:
         return self.queued.get(model, 0) + self.uncommitted[model]
 
     def committed(self, lengths: dict[str, int], admitted: Counter[str]) -> None:
-        """A commit finished: its admissions are now part of the queue lengths it read."""
+        """A commit finished: its admissions are now part of the queue lengths it read.
+
+        A commit that failed passes no lengths: its entries stay pending in the
+        stream and will be admitted again when they are delivered again.
+        """
         with self._lock:
             self.queued.update(lengths)
             self.uncommitted.subtract(admitted)
@@ -273,7 +279,7 @@ class Router:
         ]
         self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
                        for name in settings.model_names}
-        self.reaper = Reaper(self.queues, self.results, ttl_s=cfg.result_ttl_s)
+        self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock)
         self._reap_due = 0.0
         self.latency = LatencyWindow()
         self._counts: Counter[str] = Counter()
@@ -338,15 +344,41 @@ class Router:
         """
         flights = [Flight(entry_id, fields, time.perf_counter_ns()) for entry_id, fields in entries]
         for stage in self.stages:
-            stage.run(flights, self.redis)
+            self._run_stage(stage, flights)
         for flight in flights:
             self._counts[flight.route or f"model:{flight.model}"] += 1
             self.latency.add(flight.route_ns)
-        self.flush()
+        try:
+            self.flush()
+        except BaseException:  # this batch is dropped too: it stays pending and comes back
+            self.admission.committed({}, _admitted(flights))
+            raise
         self._pending = self._committer.submit(self.commit, flights)
         if wait:
             self.flush()
         return flights
+
+    def _run_stage(self, stage: Stage, flights: list[Flight]) -> None:
+        """Run a stage on the batch; if it fails (a bug), run it request by request, so one
+        request that trips the bug gets an ``error:internal`` result and the others go on."""
+        try:
+            stage.run(flights, self.redis)
+            return
+        except (RedisConnectionError, RedisTimeoutError):
+            raise
+        except Exception:
+            log.exception("stage %s failed on a batch of %d; running it request by request", stage.name,
+                          len(flights))
+        for flight in flights:
+            if not flight.open:
+                continue
+            try:
+                stage.run([flight], self.redis)
+            except (RedisConnectionError, RedisTimeoutError):
+                raise
+            except Exception:
+                log.exception("stage %s failed on entry %s", stage.name, flight.entry_id)
+                _fail(flight, f"the router's {stage.name} stage failed on this request")
 
     def flush(self) -> None:
         """Wait for the batch being committed, if any."""
@@ -357,22 +389,51 @@ class Router:
     def commit(self, flights: list[Flight]) -> None:
         """Write the batch: results, RQ jobs, XACK and XDEL of its entries, all or nothing.
 
+        If the write fails for any reason but Redis being unreachable (a bug, or
+        a job RQ refuses), the entries are written one by one and each one that
+        still fails is answered ``error:internal``: one poisoned entry must not
+        keep its whole batch pending forever.
+        """
+        admitted = _admitted(flights)
+        lengths: dict[str, int] = {}
+        try:
+            lengths = self._write(flights)
+        except (RedisConnectionError, RedisTimeoutError):
+            raise  # nothing was written; the entries stay pending
+        except Exception:
+            log.exception("batch commit failed; writing its %d entries one by one", len(flights))
+            for flight in flights:
+                try:
+                    lengths = self._write([flight]) or lengths
+                except (RedisConnectionError, RedisTimeoutError):
+                    raise
+                except Exception:
+                    log.exception("entry %s could not be committed", flight.entry_id)
+                    _fail(flight, "the router could not enqueue this request")
+                    self._write([flight])
+        finally:
+            self.admission.committed(lengths, admitted)
+
+    def _write(self, flights: list[Flight]) -> dict[str, int]:
+        """One atomic write of ``flights``; returns the model queue lengths when it enqueued jobs.
+
         A batch that enqueues nothing (all short-circuit) is one script call; one
         with jobs is a MULTI/EXEC holding the same script, the enqueues and the
-        queue lengths for admission.
+        queue lengths for admission. Two entries with one request id (a producer
+        that sent a request twice) become one job; both entries are acknowledged.
         """
         now = time.time()
         by_queue: dict[str, list[Any]] = {}
         answers = [(f.request_id, f.result, f.reply_to) for f in flights if f.result is not None]
-        admitted: Counter[str] = Counter()
+        enqueued: set[str] = set()
         for flight in flights:
-            if flight.enqueue and flight.request is not None:
+            if flight.enqueue and flight.request is not None and flight.request_id not in enqueued:
+                enqueued.add(flight.request_id)
                 by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
-                admitted[flight.model] += 1
         ids = [f.entry_id for f in flights]
         if not by_queue:
             self.results.commit(answers, group=self.keys.router_group, entry_ids=ids)
-            return
+            return {}
         with self.redis.pipeline(transaction=True) as pipe:
             self.results.queue_commit(pipe, answers, group=self.keys.router_group, entry_ids=ids)
             for model, datas in by_queue.items():
@@ -380,8 +441,7 @@ class Router:
             for queue in self.queues.values():
                 pipe.llen(queue.key)
             replies = pipe.execute()
-        lengths = dict(zip(self.queues, (int(n) for n in replies[-len(self.queues):])))
-        self.admission.committed(lengths, admitted)
+        return dict(zip(self.queues, (int(n) for n in replies[-len(self.queues):])))
 
     def _job_data(self, flight: Flight, now: float) -> Any:
         assert flight.request is not None
@@ -457,6 +517,17 @@ class Router:
         self.flush()
         self._committer.shutdown()
         log.info("router %s stopped", self.consumer)
+
+
+def _admitted(flights: list[Flight]) -> Counter[str]:
+    """How many of ``flights`` admission let into each model queue."""
+    return Counter(f.model for f in flights if f.enqueue)
+
+
+def _fail(flight: Flight, message: str) -> None:
+    """Answer ``flight`` with ``error:internal`` (a Laya bug, not the producer's fault)."""
+    flight.enqueue = False
+    flight.answer(**error_fields(LayaError(f"{message}; the router log has the details", code="internal")))
 
 
 def run_router(settings: Settings, redis: Redis) -> None:

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 __all__ = ["ErrorInfo", "Message", "Request", "Result", "Timings", "Usage", "new_request_id"]
 
-REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
+"""Letters, digits, ``_`` and ``-``: the id is also the RQ job id, and RQ accepts nothing else."""
 
 MetaValue = StrictStr | StrictInt | StrictFloat | StrictBool | None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -92,10 +93,12 @@ class Stack:
 
         redis = connect(self.settings.model_copy(update={"redis": self.settings.redis.model_copy(
             update={"url": self.url})}))
+        # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker).
+        own = f"laya-{self.settings.model.name}-{socket.gethostname()}-{self.processes['worker'].pid}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             self.check_alive()
-            if Worker.count(connection=redis) > 0:
+            if any(w.name == own or w.name.startswith(f"{own}.") for w in Worker.all(connection=redis)):
                 return
             time.sleep(0.1)
         raise ServerError(f"the worker did not come up within {timeout:g} s")

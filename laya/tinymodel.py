@@ -50,6 +50,8 @@ class TinyModelSpec:
     stops: bool = True
     dtype: str = "f16"
     name: str = "laya-tiny"
+    chat_template: str | None = None
+    """A Jinja chat template to write (``tokenizer.chat_template``); ``None``: no template."""
 
 
 def _byte_token(byte: int) -> int:
@@ -114,6 +116,8 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
     writer.add_eos_token_id(EOS)
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
+    if spec.chat_template is not None:
+        writer.add_chat_template(spec.chat_template)
 
     embedding = np.zeros((VOCAB, spec.dim), dtype=np.float32)
     embedding[np.arange(VOCAB), np.arange(VOCAB)] = 1.0

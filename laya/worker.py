@@ -14,7 +14,6 @@ and its SIGALRM timeout cannot interrupt native code. So this worker:
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import socket
@@ -26,11 +25,12 @@ import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
-from laya.errors import DoesNotFit, ModelLoadError
+from laya.codec import error_result
+from laya.errors import DoesNotFit, InferenceError, ModelLoadError
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job
 from laya.keys import Keys
 from laya.machine import MiB, detect_machine
@@ -70,9 +70,10 @@ class LayaWorker(SimpleWorker):
         self.keys = Keys(settings.redis.prefix)
         self._current: tuple[Job, Any] | None = None
         self._last_beat = 0.0
+        self.results = ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s)
         install_runtime(WorkerRuntime(
             backend=backend,
-            results=ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s),
+            results=self.results,
             redis=connection, keys=self.keys,
             job_timeout_s=settings.runtime.job_timeout_s,
             cache_ttl_s=settings.router.cache_ttl_s,
@@ -93,6 +94,25 @@ class LayaWorker(SimpleWorker):
         self._last_beat = clock
         self.maintain_heartbeats(*current)
         self.connection.expire(self.keys.lock(current[0].id), self.settings.runtime.lock_ttl_s)
+
+    def handle_job_failure(self, job: Job, queue: Queue, started_job_registry: Any = None, exc_string: str = "",
+                           execution: Any = None) -> None:
+        """RQ's failure handling (retry while retries are left), then, once the job has failed for
+        good, an ``error:internal`` result: an exception Laya did not expect must still answer the
+        producer, who would otherwise wait for a result that never comes."""
+        super().handle_job_failure(job, queue, started_job_registry=started_job_registry, exc_string=exc_string,
+                                   execution=execution)
+        if not is_laya_job(job) or job.get_status(refresh=True) != JobStatus.FAILED:
+            return
+        payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
+        request = payload.get("request", {})
+        last_line = (exc_string.strip().splitlines() or ["unknown error"])[-1][:300]
+        error = InferenceError(f"the worker failed on this request ({last_line}); the worker log has the "
+                               "traceback", code="internal")
+        result = error_result(job.id, error, model=payload.get("model"), metadata=request.get("metadata", {}),
+                              finished_at=time.time())
+        if self.results.write(result, request.get("reply_to")):
+            log.error("request %s failed for good: %s", job.id, last_line)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         execution = self.prepare_execution(job)
@@ -172,12 +192,13 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
             "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
             "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
         }))
-    worked = False
-    for attempt in itertools.count():
+    worked, attempt = False, 0
+    while True:
         # RQ's loop quits on some Redis errors (a restarting server); the model stays loaded,
         # so start a fresh loop (under a fresh name: the old one may not have unregistered).
         worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
                             name=name if attempt == 0 else f"{name}.{attempt}")
+        attempt += 1
         try:
             worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
         except (RedisConnectionError, RedisTimeoutError) as exc:  # raised from RQ's start-up, not its loop
@@ -188,4 +209,3 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
             return worked
         log.warning("worker loop stopped (Redis unavailable?); starting it again in 1 s")
         time.sleep(1)
-    return worked

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from laya.backend import KV_TYPES
+from laya.backend import GGML_KV_TYPE
 from laya.modelfile import read_model_info
 from laya.planner import kv_cache_bytes, padded_ctx
 from laya.tinymodel import TinyModelSpec, write_tiny_model
@@ -41,7 +41,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_kv_bytes_match_llama_cpp(models: dict[str, Path], name: str, ctx: int, n_seq: int, kv: str) -> None:
     # Laya's max_seq_len is per sequence; llama.cpp's n_ctx is the total over sequences.
     run = subprocess.run([sys.executable, str(PROBE), str(models[name]), str(ctx * n_seq), str(n_seq),
-                          str(KV_TYPES[kv])], check=False, capture_output=True, text=True, timeout=60)
+                          str(GGML_KV_TYPE[kv])], check=False, capture_output=True, text=True, timeout=60)
     found = LOG.search(run.stderr)
     assert found, run.stderr[-2000:]
     total, cells, layers, seqs, k_type, k_mib, v_type, v_mib = found.groups()

@@ -5,14 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue
 
 from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
 from laya.jobs import JOB_FUNCTION
-from laya.router import Router
+from laya.router import Flight, Router
+
+from ..conftest import Server
 
 
 def make_router(settings: Settings, redis: Redis, **router_cfg: object) -> Router:
@@ -136,3 +140,98 @@ def test_stats_are_published_for_operators(settings: Settings, redis: Redis) -> 
     stats = redis.hgetall("laya:stats:router")
     assert stats[b"count:rule:greeting"] == b"1"
     assert float(stats[b"route_us_p50"]) > 0
+
+
+def test_an_id_rq_would_refuse_and_an_id_sent_twice_cost_no_other_request(settings: Settings,
+                                                                           redis: Redis) -> None:
+    router = make_router(settings, redis)
+    client = Client(redis)
+    # An id that is not usable is answered under the stream entry id, which XADD returned.
+    dotted = client.submit_raw({FIELD: orjson.dumps({"id": "a.b:c", "prompt": "a story"})})
+    for _ in range(2):  # a producer that retried its XADD: one batch holds the id twice
+        client.submit_raw({FIELD: orjson.dumps({"id": "twice", "prompt": "a story"})})
+    other = client.submit("another story")
+    pump(router)
+    error = client.result(dotted).error  # type: ignore[union-attr]
+    assert error is not None and error.code == "invalid_request" and error.field == "id"
+    assert "letters, digits" in error.message
+    assert sorted(Queue("laya:llm:default", connection=redis, serializer="json").job_ids) == sorted(["twice", other])
+    assert redis.xpending("laya:ingress", "routers")["pending"] == 0
+    assert router.admission.depth("default") == 2
+
+
+class TripWire:
+    """A stage with a bug that one request trips (what a real bug would look like to the router)."""
+
+    name = "tripwire"
+
+    def __init__(self, effect: str) -> None:
+        self.effect = effect
+
+    def run(self, flights: list[Flight], redis: Redis) -> None:
+        for flight in flights:
+            if flight.normalised == "trip the wire":
+                if self.effect == "raise":
+                    raise RuntimeError("a bug")
+                flight.model = "no-such-queue"  # the commit cannot enqueue it
+
+
+def test_a_stage_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    router.stages.insert(1, TripWire("raise"))
+    client = Client(redis)
+    tripped, greeting, story = client.submit("trip the wire"), client.submit("hello"), client.submit("a story")
+    pump(router)
+    assert client.result(tripped).route == "error:internal"  # type: ignore[union-attr]
+    assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
+    assert Queue("laya:llm:default", connection=redis, serializer="json").job_ids == [story]
+
+
+def test_a_commit_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    router.stages.insert(3, TripWire("bad model"))  # after the cache, before admission
+    client = Client(redis)
+    tripped, greeting, story = client.submit("trip the wire"), client.submit("hello"), client.submit("a story")
+    pump(router)
+    assert client.result(tripped).route == "error:internal"  # type: ignore[union-attr]
+    assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
+    assert Queue("laya:llm:default", connection=redis, serializer="json").job_ids == [story]
+    assert redis.xpending("laya:ingress", "routers")["pending"] == 0
+    assert router.admission.depth("default") == 1  # the failed admission was released
+
+
+def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Settings, tmp_path: Path) -> None:
+    server = Server(tmp_path / "outage").start()
+    try:
+        redis = server.client()
+        router = Router(settings, redis, consumer="test")
+        router.ensure_group()
+        client = Client(redis)
+        for i in range(3):
+            client.submit(f"story {i}", cache=False)  # no cache read: Redis is first needed by the commit
+        entries = router.read_batch()
+        server.kill()
+        with pytest.raises(RedisConnectionError):
+            router.handle(entries)
+        assert router.admission.depth("default") == 0  # else the bound shrinks with every outage
+    finally:
+        server.stop()
+
+
+def test_a_rule_sending_to_another_model_caches_under_that_model(settings: Settings, redis: Redis,
+                                                                 tmp_path: Path) -> None:
+    from laya.cache import cache_key
+    from laya.schema import Request
+
+    routes = tmp_path / "routes.toml"
+    routes.write_text('[[rule]]\nname="big"\nmatch="prefix"\npatterns=["big:"]\nmodel="big"\n')
+    settings = settings.model_copy(update={"router": settings.router.model_copy(
+        update={"routes_file": routes, "models": ["default", "big"]})})
+    router = make_router(settings, redis)
+    request_id = Client(redis).submit("big: a story", max_tokens=8)
+    pump(router)
+    job = Queue("laya:llm:big", connection=redis, serializer="json").fetch_job(request_id)
+    assert job is not None
+    request = Request(prompt="big: a story", max_tokens=8)
+    assert job.args[0]["cache_key"] == cache_key(request, "big", 8)
+    assert job.args[0]["cache_key"] != cache_key(request, "default", 8)

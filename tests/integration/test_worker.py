@@ -6,14 +6,15 @@ import os
 from pathlib import Path
 
 from redis import Redis
-from rq import Queue
+from rq import Queue, Retry
 from rq.job import JobStatus
 
 from laya.backend import LlamaBackend
 from laya.client import Client
 from laya.config import Settings
+from laya.jobs import JOB_FUNCTION
 from laya.router import Router
-from laya.tinymodel import expected_completion
+from laya.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
 from laya.worker import run_worker
 
 
@@ -93,3 +94,41 @@ def test_a_timed_out_job_gets_an_error_result(settings: Settings, redis: Redis, 
     assert "job_timeout_s" in result.error.message  # type: ignore[union-attr]
     job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None and job.get_status() == JobStatus.FINISHED  # a handled failure is an answer
+
+
+REFUSING_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' and not loop.first %}"
+    "{{ raise_exception('System message must come first') }}{% endif %}"
+    "{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"
+)
+
+
+def test_messages_the_chat_template_refuses_get_an_error_result(settings: Settings, redis: Redis,
+                                                                  tmp_path: Path) -> None:
+    model = write_tiny_model(tmp_path / "chat.gguf", TinyModelSpec(chat_template=REFUSING_TEMPLATE))
+    settings = settings.model_copy(update={"model": settings.model.model_copy(update={"path": model})})
+    client = Client(redis)
+    refused = client.submit(messages=[{"role": "user", "content": "hi there"},
+                                      {"role": "system", "content": "be brief"}], max_tokens=3)
+    fine = client.submit(messages=[{"role": "system", "content": "be brief"},
+                                   {"role": "user", "content": "hi there"}], max_tokens=3)
+    route_all(settings, redis)
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    error = client.wait(refused, timeout=5).error
+    assert error is not None and error.code == "invalid_request" and error.field == "messages"
+    assert "System message must come first" in error.message
+    assert client.wait(fine, timeout=5).route == "model:default"
+
+
+def test_an_unexpected_worker_failure_still_answers_the_producer(settings: Settings, redis: Redis) -> None:
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    # A Laya job whose payload lacks what the job function needs (a router of another version, say).
+    queue.enqueue(JOB_FUNCTION, {"request": {"id": "broken", "prompt": "a"}, "model": "default"},
+                  job_id="broken", retry=Retry(max=1))
+    client = Client(redis)
+    after = client.submit("jello", max_tokens=4)
+    route_all(settings, redis)
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    result = client.wait("broken", timeout=5)
+    assert result.route == "error:internal" and "KeyError" in result.error.message  # type: ignore[union-attr]
+    assert client.wait(after, timeout=5).route == "model:default"  # the worker went on
