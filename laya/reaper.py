@@ -7,6 +7,12 @@ job while it has retries left (``runtime.job_retries``) and fails it after
 that, and the reaper then writes the failed request's ``error:worker_lost``
 result. A job that is not Laya's is deleted first: RQ's cleanup would
 otherwise import and call the failure callback it names.
+
+A worker killed in the instant between taking a job off the queue (RQ moves
+it to an "intermediate" list) and starting it leaves the job in neither the
+queue nor the started registry; RQ finds such jobs only in its 10-minute
+maintenance pass. The reaper puts a job that has sat there longer than
+``grace_s`` back at the front of its queue: it never ran, so no retry is spent.
 """
 
 from __future__ import annotations
@@ -34,11 +40,19 @@ log = logging.getLogger("laya.reaper")
 LOCK_TTL_S = 30
 
 
+_REQUEUE = """
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then redis.call('LPUSH', KEYS[2], ARGV[1]) end
+redis.call('DEL', KEYS[3])
+"""
+"""Move a job id from the intermediate list back to the queue front, unless a worker took it meanwhile."""
+
+
 class Reaper:
-    def __init__(self, queues: dict[str, Queue], results: ResultStore, *, lock_key: str) -> None:
+    def __init__(self, queues: dict[str, Queue], results: ResultStore, *, lock_key: str, grace_s: float) -> None:
         self.queues = queues
         self.results = results
         self.lock_key = lock_key
+        self.grace_s = grace_s
 
     def run_once(self, now: float | None = None) -> int:
         """Handle every job abandoned before ``now``; returns how many were failed for good.
@@ -57,6 +71,7 @@ class Reaper:
     def _reap(self, cutoff: float) -> int:
         failed = 0
         for queue in self.queues.values():
+            self._requeue_dequeued(queue, cutoff)
             registry = StartedJobRegistry(queue=queue)
             expired = registry.get_expired_job_ids(cutoff)
             if not expired:
@@ -75,6 +90,19 @@ class Reaper:
                 else:
                     log.warning("job %s lost its worker; requeued (%s retries left)", job_id, job.retries_left)
         return failed
+
+    def _requeue_dequeued(self, queue: Queue, now: float) -> None:
+        """Requeue jobs taken off ``queue`` by a worker that died before starting them."""
+        intermediate = queue.intermediate_queue
+        for job_id in intermediate.get_job_ids():
+            if job_id in queue.started_job_registry or intermediate.set_first_seen(job_id):
+                continue  # running, or seen for the first time: a live worker starts it within ms
+            first_seen = intermediate.get_first_seen(job_id)
+            if first_seen is None or now - first_seen.timestamp() < self.grace_s:
+                continue
+            queue.connection.eval(_REQUEUE, 3, intermediate.key, queue.key,
+                                  intermediate.get_first_seen_key(job_id), job_id)
+            log.warning("job %s was taken by a worker that died before starting it; requeued", job_id)
 
     @staticmethod
     def _fetch(queue: Queue, job_id: str) -> Job | None:

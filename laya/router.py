@@ -279,7 +279,8 @@ class Router:
         ]
         self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
                        for name in settings.model_names}
-        self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock)
+        self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock,
+                             grace_s=settings.runtime.heartbeat_ttl_s)
         self._reap_due = 0.0
         self.latency = LatencyWindow()
         self._counts: Counter[str] = Counter()

@@ -15,8 +15,12 @@ import pytest
 from redis import Redis
 from rq import Queue, Worker
 
+from laya.backend import LlamaBackend
 from laya.client import Client
+from laya.config import Settings
+from laya.router import Router
 from laya.schema import Result
+from laya.worker import run_worker
 
 from ..conftest import Server
 from ..processes import start_laya, stop_laya
@@ -213,3 +217,22 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
     assert max(depths) <= 4  # the queue never grew past its bound
     stats = redis.hgetall("laya:stats:router")
     assert int(stats[b"count:rejected:overloaded"]) == resubmitted
+
+
+def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    request_id = client.submit("a story", max_tokens=4)
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    router.handle(router.read_batch())
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    # RQ dequeues by moving the id to an intermediate list, then marks the job started. A worker
+    # SIGKILLed between the two leaves exactly this state (too narrow a window to hit with a real kill).
+    redis.lmove(queue.key, queue.intermediate_queue.key)
+    assert queue.job_ids == []
+    router.reaper.run_once()  # first sighting: a live worker would start it within milliseconds
+    assert queue.job_ids == []
+    router.reaper.run_once(now=time.time() + settings.runtime.heartbeat_ttl_s + 1)
+    assert queue.job_ids == [request_id] and queue.intermediate_queue.get_job_ids() == []
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    assert client.wait(request_id, timeout=5).route == "model:default"
