@@ -5,7 +5,7 @@
 A `laya router` process serves a throwaway Valkey on loopback. The client sends
 one request at a time that a rule answers ("hello") and waits for its result
 (XADD, then BLPOP on the request's wake-up list). Baselines in the same run, on
-the same server:
+the same server, interleaved with Laya's requests:
 
 * PING round trip;
 * raw stream round trip: XADD → a minimal consumer process (XREADGROUP, LPUSH,
@@ -87,9 +87,12 @@ def main() -> None:
 
             for warm in (laya_once, raw_once):
                 timed(200, warm)
-            ping = summary_us(timed(REQUESTS, redis.ping))
-            raw = summary_us(timed(REQUESTS, raw_once))
-            laya = summary_us(timed(REQUESTS, laya_once))
+            # Interleaved, one of each per round, so a noisy moment on the machine hits all three alike.
+            samples: dict[object, list[int]] = {redis.ping: [], raw_once: [], laya_once: []}
+            for _ in range(REQUESTS):
+                for one, times in samples.items():
+                    times += timed(1, one)
+            ping, raw, laya = (summary_us(times) for times in samples.values())
         finally:
             router.terminate()
             consumer.kill()
