@@ -341,7 +341,9 @@ class Router:
 
         With ``wait=False`` the commit runs in the background while the caller
         reads and routes the next batch; the next call (or :meth:`flush`) waits
-        for it and raises whatever it raised.
+        for it and raises whatever it raised. With ``wait=True`` it runs here,
+        which saves the hand-over to the commit thread when there is no next
+        batch to overlap with.
         """
         flights = [Flight(entry_id, fields, time.perf_counter_ns()) for entry_id, fields in entries]
         for stage in self.stages:
@@ -354,9 +356,10 @@ class Router:
         except BaseException:  # this batch is dropped too: it stays pending and comes back
             self.admission.committed({}, _admitted(flights))
             raise
-        self._pending = self._committer.submit(self.commit, flights)
         if wait:
-            self.flush()
+            self.commit(flights)
+        else:
+            self._pending = self._committer.submit(self.commit, flights)
         return flights
 
     def _run_stage(self, stage: Stage, flights: list[Flight]) -> None:
@@ -492,7 +495,8 @@ class Router:
             try:
                 entries = self.read_batch()
                 if entries:
-                    self.handle(entries, wait=False)
+                    # A full batch means more are waiting: commit it while routing the next.
+                    self.handle(entries, wait=len(entries) < self.settings.router.batch_size)
                 else:
                     self.flush()
                 clock = time.monotonic()
