@@ -176,20 +176,10 @@ class TripWire:
                 flight.model = "no-such-queue"  # the commit cannot enqueue it
 
 
-def test_a_stage_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis) -> None:
+@pytest.mark.parametrize(("effect", "where"), [("raise", 1), ("bad model", 3)], ids=["in a stage", "in the commit"])
+def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis, effect: str, where: int) -> None:
     router = make_router(settings, redis)
-    router.stages.insert(1, TripWire("raise"))
-    client = Client(redis)
-    tripped, greeting, story = client.submit("trip the wire"), client.submit("hello"), client.submit("a story")
-    pump(router)
-    assert client.result(tripped).route == "error:internal"  # type: ignore[union-attr]
-    assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
-    assert Queue("laya:llm:default", connection=redis, serializer="json").job_ids == [story]
-
-
-def test_a_commit_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis) -> None:
-    router = make_router(settings, redis)
-    router.stages.insert(3, TripWire("bad model"))  # after the cache, before admission
+    router.stages.insert(where, TripWire(effect))  # "bad model": after the cache, before admission
     client = Client(redis)
     tripped, greeting, story = client.submit("trip the wire"), client.submit("hello"), client.submit("a story")
     pump(router)
@@ -197,7 +187,7 @@ def test_a_commit_bug_costs_one_request_not_its_batch(settings: Settings, redis:
     assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
     assert Queue("laya:llm:default", connection=redis, serializer="json").job_ids == [story]
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
-    assert router.admission.depth("default") == 1  # the failed admission was released
+    assert router.admission.depth("default") == 1  # a failed admission is released
 
 
 def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Settings, tmp_path: Path) -> None:
