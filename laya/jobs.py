@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from pydantic import ValidationError
 
 from laya.cache import cacheable
 from laya.codec import error_result
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
     from laya.keys import Keys
     from laya.results import ResultStore
 
-__all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job"]
+__all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job",
+           "job_error_result", "job_reply_to", "release_lock"]
 
 JOB_FUNCTION = "laya.jobs.generate"
 ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
@@ -43,7 +45,11 @@ ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
 log = logging.getLogger("laya.worker")
 
 _RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-"""Delete a request's lock only if this worker still holds it (it may have expired and been taken)."""
+
+
+def release_lock(redis: Redis, key: str, owner: str) -> None:
+    """Delete a lock only if ``owner`` still holds it: it may have expired and been taken by another."""
+    redis.eval(_RELEASE_LOCK, 1, key, owner)
 
 
 @dataclass(slots=True)
@@ -81,6 +87,27 @@ def is_laya_job(job: Job) -> bool:
             and not job._dependency_ids)
 
 
+def job_error_result(job: Job, error: LayaError) -> Result:
+    """The error result of a failed Laya job, from whatever part of its payload is well formed."""
+    payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
+    request = payload.get("request")
+    metadata = request.get("metadata") if isinstance(request, dict) else None
+    model = payload.get("model") if isinstance(payload.get("model"), str) else None
+    try:
+        return error_result(job.id, error, model=model, metadata=metadata if isinstance(metadata, dict) else {},
+                            finished_at=time.time())
+    except ValidationError:  # metadata values of kinds a request may not carry
+        return error_result(job.id, error, model=model, finished_at=time.time())
+
+
+def job_reply_to(job: Job) -> str | None:
+    """The shared reply channel a failed Laya job's producer waits on, if any."""
+    payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
+    request = payload.get("request")
+    reply_to = request.get("reply_to") if isinstance(request, dict) else None
+    return reply_to if isinstance(reply_to, str) else None
+
+
 def generate(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one routed request on the loaded model and write its result."""
     if _runtime is None:
@@ -98,7 +125,7 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         return _generate(rt, request, payload, started)
     finally:
-        rt.redis.eval(_RELEASE_LOCK, 1, lock, rt.worker_name)
+        release_lock(rt.redis, lock, rt.worker_name)
 
 
 def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], started: float) -> dict[str, Any]:

@@ -25,9 +25,8 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
-from laya.codec import error_result
 from laya.errors import InferenceError
-from laya.jobs import is_laya_job
+from laya.jobs import is_laya_job, job_error_result, job_reply_to, release_lock
 from laya.results import ResultStore
 
 if TYPE_CHECKING:
@@ -48,10 +47,12 @@ redis.call('DEL', KEYS[3])
 
 
 class Reaper:
-    def __init__(self, queues: dict[str, Queue], results: ResultStore, *, lock_key: str, grace_s: float) -> None:
+    def __init__(self, queues: dict[str, Queue], results: ResultStore, *, lock_key: str, owner: str,
+                 grace_s: float) -> None:
         self.queues = queues
         self.results = results
         self.lock_key = lock_key
+        self.owner = owner
         self.grace_s = grace_s
 
     def run_once(self, now: float | None = None) -> int:
@@ -61,12 +62,12 @@ class Reaper:
         reaping): two reapers seeing the same lost job would requeue it twice.
         """
         redis = self.results.redis
-        if not redis.set(self.lock_key, "1", nx=True, ex=LOCK_TTL_S):
+        if not redis.set(self.lock_key, self.owner, nx=True, ex=LOCK_TTL_S):
             return 0
         try:
             return self._reap(now if now is not None else time.time())
         finally:
-            redis.delete(self.lock_key)
+            release_lock(redis, self.lock_key, self.owner)
 
     def _reap(self, cutoff: float) -> int:
         failed = 0
@@ -95,10 +96,15 @@ class Reaper:
         """Requeue jobs taken off ``queue`` by a worker that died before starting them."""
         intermediate = queue.intermediate_queue
         for job_id in intermediate.get_job_ids():
-            if job_id in queue.started_job_registry or intermediate.set_first_seen(job_id):
-                continue  # running, or seen for the first time: a live worker starts it within ms
+            if job_id in queue.started_job_registry:
+                continue
+            job = self._fetch(queue, job_id)
             first_seen = intermediate.get_first_seen(job_id)
-            if first_seen is None or now - first_seen.timestamp() < self.grace_s:
+            if first_seen is None or (job is not None and job.enqueued_at and first_seen < job.enqueued_at):
+                # Seen for the first time since it was (re)enqueued; a live worker starts it within ms.
+                queue.connection.set(intermediate.get_first_seen_key(job_id), time.time(), ex=86_400)
+                continue
+            if now - first_seen.timestamp() < self.grace_s:
                 continue
             queue.connection.eval(_REQUEUE, 3, intermediate.key, queue.key,
                                   intermediate.get_first_seen_key(job_id), job_id)
@@ -112,13 +118,9 @@ class Reaper:
             return None
 
     def _report_lost(self, job: Job) -> int:
-        payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
-        request = payload.get("request", {})
         error = InferenceError(
             "the worker running this request stopped sending heartbeats (killed, crashed or hung) on every "
             "attempt; check the worker logs: a prompt that crashes llama.cpp does so every time",
             code="worker_lost")
-        result = error_result(job.id, error, model=payload.get("model"), metadata=request.get("metadata", {}),
-                              finished_at=time.time())
         log.error("request %s failed for good: its worker was lost", job.id)
-        return int(self.results.write(result, request.get("reply_to")))
+        return int(self.results.write(job_error_result(job, error), job_reply_to(job)))

@@ -279,7 +279,7 @@ class Router:
         ]
         self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
                        for name in settings.model_names}
-        self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock,
+        self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock, owner=self.consumer,
                              grace_s=settings.runtime.heartbeat_ttl_s)
         self._reap_due = 0.0
         self.latency = LatencyWindow()
@@ -401,35 +401,36 @@ class Router:
         admitted = _admitted(flights)
         lengths: dict[str, int] = {}
         try:
-            lengths = self._write(flights)
+            lengths = self._write(flights, set())
         except (RedisConnectionError, RedisTimeoutError):
             raise  # nothing was written; the entries stay pending
         except Exception:
             log.exception("batch commit failed; writing its %d entries one by one", len(flights))
+            enqueued: set[str] = set()  # shared, so an id sent twice still becomes one job
             for flight in flights:
                 try:
-                    lengths = self._write([flight]) or lengths
+                    lengths = self._write([flight], enqueued) or lengths
                 except (RedisConnectionError, RedisTimeoutError):
                     raise
                 except Exception:
                     log.exception("entry %s could not be committed", flight.entry_id)
                     _fail(flight, "the router could not enqueue this request")
-                    self._write([flight])
+                    self._write([flight], enqueued)
         finally:
             self.admission.committed(lengths, admitted)
 
-    def _write(self, flights: list[Flight]) -> dict[str, int]:
+    def _write(self, flights: list[Flight], enqueued: set[str]) -> dict[str, int]:
         """One atomic write of ``flights``; returns the model queue lengths when it enqueued jobs.
 
         A batch that enqueues nothing (all short-circuit) is one script call; one
         with jobs is a MULTI/EXEC holding the same script, the enqueues and the
         queue lengths for admission. Two entries with one request id (a producer
         that sent a request twice) become one job; both entries are acknowledged.
+        ``enqueued`` holds the ids already enqueued by this batch and is updated.
         """
         now = time.time()
         by_queue: dict[str, list[Any]] = {}
         answers = [(f.request_id, f.result, f.reply_to) for f in flights if f.result is not None]
-        enqueued: set[str] = set()
         for flight in flights:
             if flight.enqueue and flight.request is not None and flight.request_id not in enqueued:
                 enqueued.add(flight.request_id)

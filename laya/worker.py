@@ -29,9 +29,8 @@ from rq.job import Job, JobStatus
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
-from laya.codec import error_result
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError
-from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job
+from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
 from laya.machine import MiB, detect_machine
 from laya.modelfile import read_model_info
@@ -104,14 +103,10 @@ class LayaWorker(SimpleWorker):
                                    execution=execution)
         if not is_laya_job(job) or job.get_status(refresh=True) != JobStatus.FAILED:
             return
-        payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
-        request = payload.get("request", {})
         last_line = (exc_string.strip().splitlines() or ["unknown error"])[-1][:300]
         error = InferenceError(f"the worker failed on this request ({last_line}); the worker log has the "
                                "traceback", code="internal")
-        result = error_result(job.id, error, model=payload.get("model"), metadata=request.get("metadata", {}),
-                              finished_at=time.time())
-        if self.results.write(result, request.get("reply_to")):
+        if self.results.write(job_error_result(job, error), job_reply_to(job)):
             log.error("request %s failed for good: %s", job.id, last_line)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
@@ -177,6 +172,11 @@ def resident_bytes() -> int:
     return 0
 
 
+def _stopping(worker: LayaWorker) -> bool:
+    """Whether the worker was asked to stop (SIGINT/SIGTERM), as opposed to RQ's loop giving up."""
+    return bool(worker._stop_requested or worker._shutdown_requested_date is not None)
+
+
 def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: bool = False,
                backend: LLMBackend | None = None) -> bool:
     """Entry point of ``laya worker``: plan, load the model, then serve its queue."""
@@ -201,11 +201,13 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
         attempt += 1
         try:
             worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
-        except (RedisConnectionError, RedisTimeoutError) as exc:  # raised from RQ's start-up, not its loop
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # from RQ's start-up or its teardown
+            if _stopping(worker):
+                return worked
             log.warning("redis unavailable (%s); starting the worker loop again in 1 s", type(exc).__name__)
             time.sleep(1)
             continue
-        if burst or worker._stop_requested or worker._shutdown_requested_date is not None:
+        if burst or _stopping(worker):
             return worked
         log.warning("worker loop stopped (Redis unavailable?); starting it again in 1 s")
         time.sleep(1)

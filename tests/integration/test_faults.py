@@ -230,9 +230,26 @@ def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settin
     # SIGKILLed between the two leaves exactly this state (too narrow a window to hit with a real kill).
     redis.lmove(queue.key, queue.intermediate_queue.key)
     assert queue.job_ids == []
-    router.reaper.run_once()  # first sighting: a live worker would start it within milliseconds
+    # A sighting left from an earlier pass through the list (before a retry re-enqueued the job) is stale.
+    redis.set(queue.intermediate_queue.get_first_seen_key(request_id), time.time() - 3600)
+    router.reaper.run_once()  # first sighting since enqueued: a live worker would start it within milliseconds
     assert queue.job_ids == []
     router.reaper.run_once(now=time.time() + settings.runtime.heartbeat_ttl_s + 1)
     assert queue.job_ids == [request_id] and queue.intermediate_queue.get_job_ids() == []
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert client.wait(request_id, timeout=5).route == "model:default"
+
+
+def test_a_worker_stops_on_sigterm_while_redis_is_down(tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:
+    server = Server(tmp_path / "down").start()
+    worker = spawn("worker", server.url, tiny_model, routes_file)
+    try:
+        redis = server.client()
+        wait_for(lambda: Worker.count(connection=redis) == 1, 30, "the worker")
+        server.kill()
+        time.sleep(1.5)  # the worker is now retrying its connection
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=15) == 0  # not restarted by the loop that outlives Redis outages
+    finally:
+        stop_laya(worker)
+        server.stop()

@@ -125,10 +125,12 @@ def test_an_unexpected_worker_failure_still_answers_the_producer(settings: Setti
     # A Laya job whose payload lacks what the job function needs (a router of another version, say).
     queue.enqueue(JOB_FUNCTION, {"request": {"id": "broken", "prompt": "a"}, "model": "default"},
                   job_id="broken", retry=Retry(max=1))
+    queue.enqueue(JOB_FUNCTION, {"request": "not an object", "model": 5}, job_id="garbled")
     client = Client(redis)
     after = client.submit("jello", max_tokens=4)
     route_all(settings, redis)
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     result = client.wait("broken", timeout=5)
     assert result.route == "error:internal" and "KeyError" in result.error.message  # type: ignore[union-attr]
+    assert client.wait("garbled", timeout=5).route == "error:internal"
     assert client.wait(after, timeout=5).route == "model:default"  # the worker went on
