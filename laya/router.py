@@ -252,9 +252,9 @@ class AdmissionStage:
 class Router:
     """Reads the ingress stream in batches and commits each batch atomically.
 
-    While one batch commits (a thread waiting on Redis), the next one already
-    runs through the stages: at most two batches are in flight, and each
-    commit is still one MULTI/EXEC.
+    Under a backlog (full batches), while one batch commits (a thread waiting
+    on Redis) the next one already runs through the stages: at most two
+    batches are in flight, and each commit is still one atomic write.
     """
 
     def __init__(self, settings: Settings, redis: Redis, *, rules: RuleSet | None = None,
