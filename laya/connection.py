@@ -11,7 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from laya.config import Settings, redact_url
 from laya.errors import ServerError
 
-__all__ = ["connect", "open_redis"]
+__all__ = ["connect", "open_redis", "release_lock"]
 
 log = logging.getLogger("laya.connection")
 
@@ -46,3 +46,11 @@ def connect(settings: Settings, *, check: bool = True, wait: bool = False) -> Re
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
     return redis
+
+
+_RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+def release_lock(redis: Redis, key: str, owner: str) -> None:
+    """Delete a lock only if ``owner`` still holds it: it may have expired and been taken by another."""
+    redis.eval(_RELEASE_LOCK, 1, key, owner)

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from laya.cache import cacheable
 from laya.codec import error_result
+from laya.connection import release_lock
 from laya.errors import LayaError
 from laya.schema import Request, Result, Timings, Usage
 
@@ -37,19 +38,12 @@ if TYPE_CHECKING:
     from laya.results import ResultStore
 
 __all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job",
-           "job_error_result", "job_reply_to", "release_lock"]
+           "job_error_result", "job_reply_to"]
 
 JOB_FUNCTION = "laya.jobs.generate"
 ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
 
 log = logging.getLogger("laya.worker")
-
-_RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-
-
-def release_lock(redis: Redis, key: str, owner: str) -> None:
-    """Delete a lock only if ``owner`` still holds it: it may have expired and been taken by another."""
-    redis.eval(_RELEASE_LOCK, 1, key, owner)
 
 
 @dataclass(slots=True)

@@ -25,8 +25,9 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
+from laya.connection import release_lock
 from laya.errors import InferenceError
-from laya.jobs import is_laya_job, job_error_result, job_reply_to, release_lock
+from laya.jobs import is_laya_job, job_error_result, job_reply_to
 from laya.results import ResultStore
 
 if TYPE_CHECKING:

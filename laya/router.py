@@ -124,15 +124,9 @@ class DecodeStage:
         for flight in flights:
             try:
                 request = decode_request(flight.fields, self.limits)
-            except RequestError as exc:
+            except RequestError as exc:  # a decoder bug is the router's to contain (Router._run_stage)
                 flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
                 flight.answer(**error_fields(exc))
-                continue
-            except Exception as exc:  # a decoder bug must cost one request, not the router
-                log.exception("entry %s could not be decoded", flight.entry_id)
-                flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
-                flight.answer(**error_fields(RequestError(f"request could not be read ({type(exc).__name__})",
-                                                          code="internal")))
                 continue
             flight.request = request
             flight.request_id, flight.reply_to = request.id, request.reply_to
@@ -532,6 +526,8 @@ def _admitted(flights: list[Flight]) -> Counter[str]:
 
 def _fail(flight: Flight, message: str) -> None:
     """Answer ``flight`` with ``error:internal`` (a Laya bug, not the producer's fault)."""
+    if not flight.request_id:  # it failed before it was decoded
+        flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
     flight.enqueue = False
     flight.answer(**error_fields(LayaError(f"{message}; the router log has the details", code="internal")))
 
