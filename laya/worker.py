@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
+from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
@@ -172,42 +174,93 @@ def resident_bytes() -> int:
     return 0
 
 
-def _stopping(worker: LayaWorker) -> bool:
-    """Whether the worker was asked to stop (SIGINT/SIGTERM), as opposed to RQ's loop giving up."""
-    return bool(worker._stop_requested or worker._shutdown_requested_date is not None)
+class _StopSignal:
+    """SIGINT/SIGTERM between RQ loops: RQ installs its own handlers only inside ``work()``.
+
+    Used as a context manager, it puts back the handlers it found (the caller may be a test).
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = [signal.getsignal(signum) for signum in self._SIGNALS]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in zip(self._SIGNALS, self._previous, strict=True):
+            signal.signal(signum, handler)
+
+    def install(self) -> None:
+        for signum in self._SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        log.info("got %s; stopping", signal.Signals(signum).name)
+        self.requested = True
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _stopping(worker: LayaWorker | None) -> bool:
+    """Whether RQ's loop was asked to stop (SIGINT/SIGTERM), as opposed to giving up on Redis."""
+    return worker is not None and bool(worker._stop_requested or worker._shutdown_requested_date is not None)
 
 
 def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: bool = False,
                backend: LLMBackend | None = None) -> bool:
-    """Entry point of ``laya worker``: plan, load the model, then serve its queue."""
+    """Entry point of ``laya worker``: plan, load the model, then serve its queue.
+
+    The model outlives Redis outages: when RQ's loop gives up on a restarting server, a fresh
+    loop starts a second later, until a signal asks the worker to stop.
+    """
     plan = None
     if backend is None:
         backend, plan = plan_and_load(settings, force=force)
     keys = Keys(settings.redis.prefix)
     queue = Queue(keys.queue_name(settings.model.name), connection=redis, serializer="json")
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
-    if plan is not None:
-        redis.hset(keys.worker_stats, name, orjson.dumps({
-            "model": settings.model.name, "verdict": plan.verdict, "n_ctx": backend.n_ctx,
-            "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
-            "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
-        }))
-    worked, attempt = False, 0
-    while True:
-        # RQ's loop quits on some Redis errors (a restarting server); the model stays loaded,
-        # so start a fresh loop (under a fresh name: the old one may not have unregistered).
-        worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
-                            name=name if attempt == 0 else f"{name}.{attempt}")
-        attempt += 1
-        try:
-            worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
-        except (RedisConnectionError, RedisTimeoutError) as exc:  # from RQ's start-up or its teardown
+    with _StopSignal() as stop:
+        worked, attempt, stats_written = False, 0, plan is None
+        while not stop.requested:
+            stop.install()
+            worker = None
+            try:
+                if not stats_written:
+                    _write_worker_stats(redis, keys.worker_stats, name, settings, backend.n_ctx, plan)
+                    stats_written = True
+                # A fresh name for each loop: the previous one may not have unregistered.
+                worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
+                                    name=name if attempt == 0 else f"{name}.{attempt}")
+                attempt += 1
+                worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
+                if burst:
+                    return worked
+                reason = "worker loop stopped"
+            except (RedisConnectionError, RedisTimeoutError) as exc:  # from RQ's start-up or teardown
+                reason = f"redis unavailable ({type(exc).__name__})"
+            except StopRequested:  # RQ's own handler, in the instant after work() returned
+                return worked
+            finally:
+                stop.install()
             if _stopping(worker):
                 return worked
-            log.warning("redis unavailable (%s); starting the worker loop again in 1 s", type(exc).__name__)
-            time.sleep(1)
-            continue
-        if burst or _stopping(worker):
-            return worked
-        log.warning("worker loop stopped (Redis unavailable?); starting it again in 1 s")
-        time.sleep(1)
+            log.warning("%s; starting the worker loop again in 1 s", reason)
+            stop.sleep(1)
+        return worked
+
+
+def _write_worker_stats(redis: Redis, key: str, name: str, settings: Settings, n_ctx: int, plan: Plan | None) -> None:
+    """Planned vs resident memory, for ``laya stats``."""
+    if plan is None:
+        return
+    redis.hset(key, name, orjson.dumps({
+        "model": settings.model.name, "verdict": plan.verdict, "n_ctx": n_ctx,
+        "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
+        "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
+    }))

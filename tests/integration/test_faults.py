@@ -253,3 +253,33 @@ def test_a_worker_stops_on_sigterm_while_redis_is_down(tmp_path: Path, tiny_mode
     finally:
         stop_laya(worker)
         server.stop()
+
+
+OUTAGE_WORKER = """
+from laya.backend import LlamaBackend
+from laya.config import load_settings
+from laya.connection import connect
+from laya.worker import run_worker
+
+settings = load_settings()
+run_worker(settings, connect(settings, check=False), backend=LlamaBackend(settings))
+"""
+
+
+def test_a_worker_that_cannot_reach_redis_keeps_trying_and_stops_on_sigterm(
+        tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:
+    server = Server(tmp_path / "gone").start()
+    server.stop()  # nothing listens on its port now: every start of RQ's loop fails
+    env = {**os.environ, "LAYA_REDIS_URL": server.url, "LAYA_MODEL_PATH": str(tiny_model),
+           "LAYA_ROUTES": str(routes_file)}
+    worker = subprocess.Popen([sys.executable, "-c", OUTAGE_WORKER], env=env, stderr=subprocess.PIPE)
+    try:
+        time.sleep(3)  # a few failed starts of the loop
+        worker.send_signal(signal.SIGTERM)
+        returncode = worker.wait(timeout=15)
+        assert worker.stderr is not None
+        log = worker.stderr.read().decode()
+        assert returncode == 0, log
+        assert "starting the worker loop again" in log
+    finally:
+        stop_laya(worker)
