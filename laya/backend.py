@@ -43,7 +43,8 @@ class Generation:
 
 
 OnToken = Callable[[int], None]
-"""Called after every generated token with the count so far (heartbeats, deadlines)."""
+"""Called with the count of generated tokens so far: after every generated token, and with 0
+after every ``n_batch`` chunk of a long prompt (heartbeats)."""
 
 
 class LLMBackend(Protocol):
@@ -135,6 +136,7 @@ class LlamaBackend:
         started = time.monotonic()
         first = last = started
         try:
+            self._evaluate_prompt(tokens, deadline, on_token)
             for token in self.llm.generate(tokens, top_k=request.top_k, top_p=request.top_p,
                                            temp=request.temperature, repeat_penalty=request.repeat_penalty):
                 last = time.monotonic()
@@ -164,6 +166,31 @@ class LlamaBackend:
         decode_rate = (count - 1) / (last - first) if count > 1 and last > first else None
         return Generation(text=text, finish_reason=finish, prompt_tokens=len(tokens), completion_tokens=count,
                           ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate)
+
+
+    def _evaluate_prompt(self, tokens: list[int], deadline: float, on_token: OnToken) -> None:
+        """Evaluate all but the last prompt token, one ``n_batch`` chunk at a time.
+
+        ``Llama.generate`` would evaluate the whole prompt in one native call, during which no
+        heartbeat can be sent: a long prompt on a slow machine would look like a dead worker.
+        Evaluated here, the heartbeat comes after every chunk, and ``generate`` then finds the
+        prompt in its cache (it keeps the longest common prefix) and evaluates the last token only.
+        The prefix shared with the previous request is kept, as ``generate`` would keep it.
+        """
+        llm = self.llm
+        cached = 0
+        for have, want in zip(llm.input_ids[:llm.n_tokens], tokens[:-1], strict=False):
+            if have != want:
+                break
+            cached += 1
+        llm.n_tokens = cached  # eval() drops the KV cache past this point
+        for start in range(cached, len(tokens) - 1, llm.n_batch):
+            if time.monotonic() > deadline:
+                raise GenerationTimeout(
+                    f"job deadline passed while evaluating the {len(tokens)}-token prompt; raise "
+                    "runtime.job_timeout_s or send a shorter prompt")
+            llm.eval(tokens[start:min(start + llm.n_batch, len(tokens) - 1)])
+            on_token(0)
 
 
 def _plain_chat(messages: list[dict[str, str]]) -> tuple[str, list[str]]:

@@ -96,7 +96,8 @@ class RuntimeConfig(BaseModel):
         description="Sequences per worker. Laya runs one at a time per GPU: the queue is the "
         "backpressure. Start one worker per GPU instead of raising this.",
     )
-    n_batch: int = Field(512, ge=1, le=8192, description="Prompt tokens llama.cpp evaluates per step.")
+    n_batch: int = Field(512, ge=1, le=8192, description="Prompt tokens llama.cpp evaluates per step; "
+                         "the worker heartbeats between steps.")
     job_timeout_s: int = Field(
         600, ge=1, le=86_400, description="Hard limit on one job; checked between tokens."
     )
@@ -106,7 +107,7 @@ class RuntimeConfig(BaseModel):
     heartbeat_ttl_s: int = Field(
         60, ge=5, le=86_400,
         description="A running job whose worker sent no heartbeat this long counts as lost. It must "
-        "cover the longest prompt evaluation, which sends none.",
+        "cover the evaluation of one n_batch chunk of prompt (heartbeats come between chunks).",
     )
     job_retries: int = Field(
         1, ge=0, le=10, description="Times a job whose worker was lost is run again before it fails."

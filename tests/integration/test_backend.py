@@ -36,7 +36,7 @@ def test_answers_are_the_known_ones(backend: LlamaBackend, prompt: str) -> None:
     gen, beats = run(backend, Request(prompt=prompt))
     assert gen.text == expected_completion(prompt, 64)
     assert gen.finish_reason == "stop"
-    assert gen.completion_tokens == len(gen.text) == len(beats)
+    assert gen.completion_tokens == len(gen.text) == len([n for n in beats if n > 0])
     assert gen.prompt_tokens > len(prompt)  # BOS and the leading-space bytes
 
 
@@ -67,8 +67,48 @@ def test_output_is_cut_by_the_context_window(endless_model: Path) -> None:
 
 def test_deadline_is_checked_between_tokens(endless_model: Path) -> None:
     gen_backend = backend_for(endless_model, max_seq_len=4096)
-    with pytest.raises(GenerationTimeout):
-        run(gen_backend, Request(prompt="a"), max_tokens=4000, deadline_s=0.0)
+    with pytest.raises(GenerationTimeout) as info:
+        run(gen_backend, Request(prompt="a"), max_tokens=4000, deadline_s=0.02)
+    assert "after" in info.value.message and "tokens" in info.value.message
+
+
+def prompt_tokens_evaluated(backend: LlamaBackend, request: Request) -> int:
+    """How many prompt tokens llama.cpp itself counted as evaluated for this one request."""
+    import llama_cpp
+
+    llama_cpp.llama_perf_context_reset(backend.llm._ctx.ctx)
+    run(backend, request)
+    return int(llama_cpp.llama_perf_context(backend.llm._ctx.ctx).n_p_eval)
+
+
+def test_a_long_prompt_is_evaluated_in_chunks_with_a_heartbeat_after_each(tiny_model: Path) -> None:
+    chunked = backend_for(tiny_model, max_seq_len=2048, n_batch=64)
+    prompt = "thequickbrownfoxjumpsoverthelazydog." * 28 + "hello"  # 1,013 bytes, no spaces
+    gen, beats = run(chunked, Request(prompt=prompt))
+    # BOS, SentencePiece's leading space (3 byte tokens), then a token per byte.
+    assert gen.text == expected_completion(prompt, 64) and gen.prompt_tokens == 4 + len(prompt)
+    # All but the last of the 1,017 prompt tokens, 64 at a time, a heartbeat (count 0) after each chunk.
+    assert beats[:16] == [0] * 16 and beats[16] == 1 and 0 not in beats[16:]
+    # Each prompt token is evaluated once: generate() found the chunks in its cache.
+    assert prompt_tokens_evaluated(chunked, Request(prompt=prompt + "x")) == 1  # all but "x" cached
+    # The next request shares the first 900 bytes (904 tokens): only the other 13 are evaluated.
+    second = prompt[:900] + "butnotthecatk"
+    assert prompt_tokens_evaluated(chunked, Request(prompt=second)) == 13
+    gen, beats = run(chunked, Request(prompt=second))
+    assert gen.text == expected_completion(second, 64)
+    assert 0 not in beats  # the same prompt again: all but its last token cached, nothing to prefill
+    # An unrelated prompt shares only the BOS token.
+    gen, beats = run(chunked, Request(prompt="zebra z"))
+    assert gen.text == expected_completion("zebra z", 64)
+
+
+def test_the_deadline_is_checked_while_a_long_prompt_is_evaluated(tiny_model: Path) -> None:
+    chunked = backend_for(tiny_model, max_seq_len=2048, n_batch=64)
+    with pytest.raises(GenerationTimeout) as info:
+        run(chunked, Request(prompt="x" * 1000), deadline_s=0.0)
+    assert "prompt" in info.value.message
+    gen, _ = run(chunked, Request(prompt="x" * 999 + "hello"))  # the next request is unharmed
+    assert gen.text == expected_completion("hello", 64)
 
 
 def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path: Path) -> None:
