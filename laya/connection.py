@@ -11,7 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from laya.config import Settings, redact_url
 from laya.errors import ServerError
 
-__all__ = ["connect", "open_redis", "release_lock"]
+__all__ = ["connect", "open_redis", "release_lock", "renew_lock"]
 
 log = logging.getLogger("laya.connection")
 
@@ -54,3 +54,12 @@ _RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call
 def release_lock(redis: Redis, key: str, owner: str) -> None:
     """Delete a lock only if ``owner`` still holds it: it may have expired and been taken by another."""
     redis.eval(_RELEASE_LOCK, 1, key, owner)
+
+
+_RENEW_LOCK = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
+               "return 0")
+
+
+def renew_lock(redis: Redis, key: str, owner: str, ttl_s: int) -> bool:
+    """Extend a lock only while ``owner`` holds it; False when it was lost (expired or taken)."""
+    return bool(redis.eval(_RENEW_LOCK, 1, key, owner, ttl_s))

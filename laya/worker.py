@@ -31,6 +31,7 @@ from rq.job import Job, JobStatus
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
+from laya.connection import renew_lock
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
@@ -71,6 +72,7 @@ class LayaWorker(SimpleWorker):
         self.keys = Keys(settings.redis.prefix)
         self._current: tuple[Job, Any] | None = None
         self._last_beat = 0.0
+        self._lost_lock: str | None = None
         self.results = ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s)
         install_runtime(WorkerRuntime(
             backend=backend,
@@ -94,7 +96,11 @@ class LayaWorker(SimpleWorker):
             return
         self._last_beat = clock
         self.maintain_heartbeats(*current)
-        self.connection.expire(self.keys.lock(current[0].id), self.settings.runtime.lock_ttl_s)
+        lock = self.keys.lock(current[0].id)
+        if not renew_lock(self.connection, lock, self.name, self.settings.runtime.lock_ttl_s) and lock != self._lost_lock:
+            self._lost_lock = lock  # say it once per job
+            log.warning("lost the lock on request %s (no heartbeat for %d s?); finishing it, but its "
+                        "result may come from another worker", current[0].id, self.settings.runtime.lock_ttl_s)
 
     def handle_job_failure(self, job: Job, queue: Queue, started_job_registry: Any = None, exc_string: str = "",
                            execution: Any = None) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import time
 from pathlib import Path
 
+import pytest
 from redis import Redis
 from rq import Queue, Retry
 from rq.job import JobStatus
@@ -83,7 +86,6 @@ def test_a_timed_out_job_gets_an_error_result(settings: Settings, redis: Redis, 
     original = backend.llm.detokenize
 
     def slow_detokenize(tokens: list[int], *args: object, **kwargs: object) -> bytes:
-        import time
         time.sleep(0.001)
         return original(tokens, *args, **kwargs)  # type: ignore[arg-type]
 
@@ -134,3 +136,31 @@ def test_an_unexpected_worker_failure_still_answers_the_producer(settings: Setti
     assert result.route == "error:internal" and "KeyError" in result.error.message  # type: ignore[union-attr]
     assert client.wait("garbled", timeout=5).route == "error:internal"
     assert client.wait(after, timeout=5).route == "model:default"  # the worker went on
+
+
+def test_the_heartbeat_keeps_only_its_own_lock(settings: Settings, redis: Redis, endless_model: Path,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    endless = settings.model_copy(update={"model": settings.model.model_copy(update={"path": endless_model})})
+    client = Client(redis)
+    request_id = client.submit("a", max_tokens=400, cache=False)
+    route_all(endless, redis)
+    backend = LlamaBackend(endless)
+    original = backend.llm.detokenize
+    emitted = 0
+
+    def steal_the_lock_midway(tokens: list[int], *args: object, **kwargs: object) -> bytes:
+        nonlocal emitted
+        emitted += 1
+        if emitted == 100:  # as if this worker had stalled past the lock's TTL and another took it
+            redis.set(f"laya:lock:{request_id}", "another-worker", ex=1000)
+        time.sleep(0.001)  # 400 tokens take ~0.4 s: several heartbeats after the theft
+        return original(tokens, *args, **kwargs)  # type: ignore[arg-type]
+
+    backend.llm.detokenize = steal_the_lock_midway  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="laya.worker"):
+        run_worker(endless, redis, burst=True, backend=backend)
+    assert client.wait(request_id, timeout=5).route == "model:default"
+    # Neither the heartbeat (which would cut the TTL to lock_ttl_s) nor the release touched it.
+    assert redis.get(f"laya:lock:{request_id}") == b"another-worker"
+    assert redis.ttl(f"laya:lock:{request_id}") > endless.runtime.lock_ttl_s
+    assert caplog.text.count(f"lost the lock on request {request_id}") == 1
