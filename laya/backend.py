@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import numpy as np
+
 from laya.errors import ContextTooLong, GenerationTimeout, InferenceError, InvalidRequest, ModelLoadError
 from laya.schema import Request
 
@@ -137,7 +139,8 @@ class LlamaBackend:
         first = last = started
         try:
             self._evaluate_prompt(tokens, deadline, on_token)
-            for token in self.llm.generate(tokens, top_k=request.top_k, top_p=request.top_p,
+            # reset=False: continue from the cache _evaluate_prompt left, without generate's own prefix logic.
+            for token in self.llm.generate(tokens[-1:], reset=False, top_k=request.top_k, top_p=request.top_p,
                                            temp=request.temperature, repeat_penalty=request.repeat_penalty):
                 last = time.monotonic()
                 if count == 0:
@@ -169,21 +172,22 @@ class LlamaBackend:
 
 
     def _evaluate_prompt(self, tokens: list[int], deadline: float, on_token: OnToken) -> None:
-        """Evaluate all but the last prompt token, one ``n_batch`` chunk at a time.
+        """Bring llama.cpp's cache to all but the last prompt token, one ``n_batch`` chunk at a time.
 
         ``Llama.generate`` would evaluate the whole prompt in one native call, during which no
         heartbeat can be sent: a long prompt on a slow machine would look like a dead worker.
-        Evaluated here, the heartbeat comes after every chunk, and ``generate`` then finds the
-        prompt in its cache (it keeps the longest common prefix) and evaluates the last token only.
-        The prefix shared with the previous request is kept, as ``generate`` would keep it.
+        Here the heartbeat comes after every chunk, and ``generate`` is then given only the last
+        token. The prefix shared with the previous request stays cached, as ``generate`` keeps
+        it; a model whose memory cannot be cut back (recurrent or hybrid) starts from empty.
         """
+        import llama_cpp
+
         llm = self.llm
-        cached = 0
-        for have, want in zip(llm.input_ids[:llm.n_tokens], tokens[:-1], strict=False):
-            if have != want:
-                break
-            cached += 1
-        llm.n_tokens = cached  # eval() drops the KV cache past this point
+        cached = _common_prefix(llm.input_ids[:llm.n_tokens], tokens[:-1])
+        if cached < llm.n_tokens and not llama_cpp.llama_memory_seq_rm(
+                llama_cpp.llama_get_memory(llm.ctx), 0, cached, -1):
+            cached = 0  # eval() then clears the whole sequence, which every kind of memory allows
+        llm.n_tokens = cached
         for start in range(cached, len(tokens) - 1, llm.n_batch):
             if time.monotonic() > deadline:
                 raise GenerationTimeout(
@@ -191,6 +195,13 @@ class LlamaBackend:
                     "runtime.job_timeout_s or send a shorter prompt")
             llm.eval(tokens[start:min(start + llm.n_batch, len(tokens) - 1)])
             on_token(0)
+
+
+def _common_prefix(have: np.ndarray, want: list[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = min(len(have), len(want))
+    differs = np.flatnonzero(have[:n] != np.asarray(want[:n], dtype=have.dtype))
+    return int(differs[0]) if differs.size else n
 
 
 def _plain_chat(messages: list[dict[str, str]]) -> tuple[str, list[str]]:

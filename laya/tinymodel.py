@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import itertools
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import gguf
 
 __all__ = ["TinyModelSpec", "expected_completion", "write_tiny_model"]
 
@@ -52,6 +57,8 @@ class TinyModelSpec:
     name: str = "laya-tiny"
     chat_template: str | None = None
     """A Jinja chat template to write (``tokenizer.chat_template``); ``None``: no template."""
+    arch: Literal["llama", "mamba"] = "llama"
+    """``mamba``: recurrent blocks instead of attention (the head and ff fields are unused)."""
 
 
 def _byte_token(byte: int) -> int:
@@ -85,26 +92,36 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
     spec = spec or TinyModelSpec()
     if spec.dim < VOCAB:
         raise ValueError(f"dim must be >= {VOCAB} for one-hot embeddings, got {spec.dim}")
-    head_dim = spec.head_dim or spec.dim // spec.n_head
     ftype = np.float16 if spec.dtype == "f16" else np.float32
     rng = np.random.default_rng(0)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
 
-    writer = gguf.GGUFWriter(str(path), "llama")
+    def small(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.02).astype(ftype)
+
+    writer = gguf.GGUFWriter(str(path), spec.arch)
     writer.add_name(spec.name)
     writer.add_context_length(spec.context_length)
     writer.add_embedding_length(spec.dim)
     writer.add_block_count(spec.n_layer)
-    writer.add_feed_forward_length(spec.ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head_kv)
-    writer.add_rope_dimension_count(head_dim)
     writer.add_layer_norm_rms_eps(1e-5)
-    if spec.head_dim is not None:
-        writer.add_key_length(head_dim)
-        writer.add_value_length(head_dim)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32)
+    _add_vocabulary(writer, spec)
+    _add_lookup_table(writer, spec, ftype)
+    if spec.arch == "mamba":
+        _add_mamba_layers(writer, spec, ftype, small)
+    else:
+        _add_llama_layers(writer, spec, ftype, small)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_vocabulary(writer: gguf.GGUFWriter, spec: TinyModelSpec) -> None:
+    import gguf
 
     tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
@@ -119,18 +136,28 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
     if spec.chat_template is not None:
         writer.add_chat_template(spec.chat_template)
 
+
+def _add_lookup_table(writer: gguf.GGUFWriter, spec: TinyModelSpec, ftype: type) -> None:
+    """One-hot embeddings in, ``next = f(current)`` out (see the module docstring)."""
     embedding = np.zeros((VOCAB, spec.dim), dtype=np.float32)
     embedding[np.arange(VOCAB), np.arange(VOCAB)] = 1.0
     output = np.zeros((VOCAB, spec.dim), dtype=np.float32)
-    table = _next_token_table(spec.stops)
-    output[table, np.arange(VOCAB)] = _LOGIT
-
-    def small(*shape: int) -> np.ndarray:
-        return (rng.standard_normal(shape) * 0.02).astype(ftype)
-
+    output[_next_token_table(spec.stops), np.arange(VOCAB)] = _LOGIT
     writer.add_tensor("token_embd.weight", embedding.astype(ftype))
     writer.add_tensor("output_norm.weight", np.ones(spec.dim, dtype=np.float32))
     writer.add_tensor("output.weight", output.astype(ftype))
+
+
+def _add_llama_layers(writer: gguf.GGUFWriter, spec: TinyModelSpec, ftype: type,
+                      small: Callable[..., np.ndarray]) -> None:
+    head_dim = spec.head_dim or spec.dim // spec.n_head
+    writer.add_feed_forward_length(spec.ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(head_dim)
+    if spec.head_dim is not None:
+        writer.add_key_length(head_dim)
+        writer.add_value_length(head_dim)
     q_dim, kv_dim = spec.n_head * head_dim, spec.n_head_kv * head_dim
     for layer in range(spec.n_layer):
         prefix = f"blk.{layer}"
@@ -145,8 +172,28 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
         writer.add_tensor(f"{prefix}.ffn_up.weight", small(spec.ff, spec.dim))
         writer.add_tensor(f"{prefix}.ffn_down.weight", np.zeros((spec.dim, spec.ff), dtype=ftype))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+
+def _add_mamba_layers(writer: gguf.GGUFWriter, spec: TinyModelSpec, ftype: type,
+                      small: Callable[..., np.ndarray]) -> None:
+    """Mamba blocks: recurrent state instead of a KV cache, so llama.cpp cannot cut its
+    memory back to a shared prefix (what the backend's prompt cache must cope with)."""
+    inner, state, conv, dt_rank = 2 * spec.dim, 16, 4, 8
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_ssm_conv_kernel(conv)
+    writer.add_ssm_inner_size(inner)
+    writer.add_ssm_state_size(state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    for layer in range(spec.n_layer):
+        prefix = f"blk.{layer}"
+        writer.add_tensor(f"{prefix}.attn_norm.weight", np.ones(spec.dim, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.ssm_in.weight", small(2 * inner, spec.dim))
+        writer.add_tensor(f"{prefix}.ssm_conv1d.weight", small(inner, conv).astype(np.float32))
+        writer.add_tensor(f"{prefix}.ssm_conv1d.bias", np.zeros(inner, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.ssm_x.weight", small(dt_rank + 2 * state, inner))
+        writer.add_tensor(f"{prefix}.ssm_dt.weight", small(inner, dt_rank))
+        writer.add_tensor(f"{prefix}.ssm_dt.bias", np.zeros(inner, dtype=np.float32))
+        writer.add_tensor(f"{prefix}.ssm_a", -np.ones((inner, state), dtype=np.float32))
+        writer.add_tensor(f"{prefix}.ssm_d", np.ones(inner, dtype=np.float32))
+        # A zero output projection keeps the residual stream equal to the embedding.
+        writer.add_tensor(f"{prefix}.ssm_out.weight", np.zeros((spec.dim, inner), dtype=ftype))

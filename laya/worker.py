@@ -61,12 +61,47 @@ class TokenLoopDeadline(BaseDeathPenalty):
         pass
 
 
+class _StopSignal:
+    """SIGINT/SIGTERM outside RQ's loop (RQ installs its own handlers only inside ``work()``,
+    once it has started up, and leaves them behind when it stops).
+
+    Used as a context manager, it puts back the handlers it found (the caller may be a test).
+    """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous = [signal.getsignal(signum) for signum in self._SIGNALS]
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in zip(self._SIGNALS, self._previous, strict=True):
+            signal.signal(signum, handler)
+
+    def install(self) -> None:
+        for signum in self._SIGNALS:
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        log.info("got %s; stopping", signal.Signals(signum).name)
+        self.requested = True
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
 class LayaWorker(SimpleWorker):
     death_penalty_class = TokenLoopDeadline
 
     def __init__(self, queues: list[Queue], *, settings: Settings, backend: LLMBackend,
-                 connection: Redis, **kwargs: Any) -> None:
+                 connection: Redis, stop: _StopSignal, **kwargs: Any) -> None:
         super().__init__(queues, connection=connection, serializer="json", **kwargs)
+        self.stop = stop
         self.settings = settings
         self.backend = backend
         self.keys = Keys(settings.redis.prefix)
@@ -84,6 +119,17 @@ class LayaWorker(SimpleWorker):
             worker_name=self.name,
             lock_ttl_s=settings.runtime.lock_ttl_s,
         ))
+
+    def _install_signal_handlers(self) -> None:
+        """RQ's handlers for its loop; a signal that came while RQ was starting up still counts."""
+        super()._install_signal_handlers()  # type: ignore[no-untyped-call]
+        if self.stop.requested:
+            self._stop_requested = True
+
+    def teardown(self) -> None:
+        # RQ's handlers raise StopRequested when idle, and nothing out of the loop would catch it.
+        self.stop.install()
+        super().teardown()  # type: ignore[no-untyped-call]
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return self.settings.runtime.heartbeat_ttl_s
@@ -180,39 +226,6 @@ def resident_bytes() -> int:
     return 0
 
 
-class _StopSignal:
-    """SIGINT/SIGTERM between RQ loops: RQ installs its own handlers only inside ``work()``.
-
-    Used as a context manager, it puts back the handlers it found (the caller may be a test).
-    """
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous = [signal.getsignal(signum) for signum in self._SIGNALS]
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in zip(self._SIGNALS, self._previous, strict=True):
-            signal.signal(signum, handler)
-
-    def install(self) -> None:
-        for signum in self._SIGNALS:
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        log.info("got %s; stopping", signal.Signals(signum).name)
-        self.requested = True
-
-    def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self.requested and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-
 def _stopping(worker: LayaWorker | None) -> bool:
     """Whether RQ's loop was asked to stop (SIGINT/SIGTERM), as opposed to giving up on Redis."""
     return worker is not None and bool(worker._stop_requested or worker._shutdown_requested_date is not None)
@@ -232,39 +245,35 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
     queue = Queue(keys.queue_name(settings.model.name), connection=redis, serializer="json")
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
     with _StopSignal() as stop:
-        worked, attempt, stats_written = False, 0, plan is None
+        stop.install()
+        worked, attempt, stats_plan = False, 0, plan
         while not stop.requested:
-            stop.install()
             worker = None
             try:
-                if not stats_written:
-                    _write_worker_stats(redis, keys.worker_stats, name, settings, backend.n_ctx, plan)
-                    stats_written = True
+                if stats_plan is not None:
+                    _write_worker_stats(redis, keys.worker_stats, name, settings, backend.n_ctx, stats_plan)
+                    stats_plan = None
                 # A fresh name for each loop: the previous one may not have unregistered.
-                worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis,
+                worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis, stop=stop,
                                     name=name if attempt == 0 else f"{name}.{attempt}")
                 attempt += 1
                 worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
                 if burst:
                     return worked
-                reason = "worker loop stopped"
+                problem = "worker loop stopped"
             except (RedisConnectionError, RedisTimeoutError) as exc:  # from RQ's start-up or teardown
-                reason = f"redis unavailable ({type(exc).__name__})"
-            except StopRequested:  # RQ's own handler, in the instant after work() returned
+                problem = f"redis unavailable ({type(exc).__name__}: {exc})"
+            except StopRequested:  # a signal after RQ installed its handlers, before its loop began
                 return worked
-            finally:
-                stop.install()
-            if _stopping(worker):
+            if stop.requested or _stopping(worker):
                 return worked
-            log.warning("%s; starting the worker loop again in 1 s", reason)
+            log.warning("%s; starting the worker loop again in 1 s", problem)
             stop.sleep(1)
         return worked
 
 
-def _write_worker_stats(redis: Redis, key: str, name: str, settings: Settings, n_ctx: int, plan: Plan | None) -> None:
+def _write_worker_stats(redis: Redis, key: str, name: str, settings: Settings, n_ctx: int, plan: Plan) -> None:
     """Planned vs resident memory, for ``laya stats``."""
-    if plan is None:
-        return
     redis.hset(key, name, orjson.dumps({
         "model": settings.model.name, "verdict": plan.verdict, "n_ctx": n_ctx,
         "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),

@@ -11,7 +11,7 @@ from laya.backend import LlamaBackend
 from laya.config import Settings
 from laya.errors import ContextTooLong, GenerationTimeout, ModelLoadError
 from laya.schema import Request
-from laya.tinymodel import expected_completion
+from laya.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
 
 
 def backend_for(model: Path, **runtime: object) -> LlamaBackend:
@@ -67,18 +67,25 @@ def test_output_is_cut_by_the_context_window(endless_model: Path) -> None:
 
 def test_deadline_is_checked_between_tokens(endless_model: Path) -> None:
     gen_backend = backend_for(endless_model, max_seq_len=4096)
+
+    def stall_at_ten(count: int) -> None:
+        if count == 10:
+            time.sleep(0.5)
+
     with pytest.raises(GenerationTimeout) as info:
-        run(gen_backend, Request(prompt="a"), max_tokens=4000, deadline_s=0.02)
-    assert "after" in info.value.message and "tokens" in info.value.message
+        gen_backend.generate(Request(prompt="a"), max_tokens=4000, deadline=time.monotonic() + 0.3,
+                             on_token=stall_at_ten)
+    assert "deadline passed after 11 tokens" in info.value.message
 
 
 def prompt_tokens_evaluated(backend: LlamaBackend, request: Request) -> int:
     """How many prompt tokens llama.cpp itself counted as evaluated for this one request."""
     import llama_cpp
 
-    llama_cpp.llama_perf_context_reset(backend.llm._ctx.ctx)
+    llama_cpp.llama_synchronize(backend.llm.ctx)  # llama.cpp counts queued work when it waits for it
+    llama_cpp.llama_perf_context_reset(backend.llm.ctx)
     run(backend, request)
-    return int(llama_cpp.llama_perf_context(backend.llm._ctx.ctx).n_p_eval)
+    return int(llama_cpp.llama_perf_context(backend.llm.ctx).n_p_eval)
 
 
 def test_a_long_prompt_is_evaluated_in_chunks_with_a_heartbeat_after_each(tiny_model: Path) -> None:
@@ -104,11 +111,27 @@ def test_a_long_prompt_is_evaluated_in_chunks_with_a_heartbeat_after_each(tiny_m
 
 def test_the_deadline_is_checked_while_a_long_prompt_is_evaluated(tiny_model: Path) -> None:
     chunked = backend_for(tiny_model, max_seq_len=2048, n_batch=64)
+    prompt = "x" * 996  # 1,000 tokens
+
+    def slow_heartbeat(count: int) -> None:
+        time.sleep(0.3)
+
     with pytest.raises(GenerationTimeout) as info:
-        run(chunked, Request(prompt="x" * 1000), deadline_s=0.0)
-    assert "prompt" in info.value.message
-    gen, _ = run(chunked, Request(prompt="x" * 999 + "hello"))  # the next request is unharmed
-    assert gen.text == expected_completion("hello", 64)
+        chunked.generate(Request(prompt=prompt), max_tokens=8, deadline=time.monotonic() + 0.1,
+                         on_token=slow_heartbeat)
+    assert "while evaluating the 1000-token prompt" in info.value.message
+    # The chunk evaluated before the deadline passed stays cached; the next request goes on from it.
+    assert prompt_tokens_evaluated(chunked, Request(prompt=prompt)) == 1000 - 64
+
+
+def test_a_recurrent_model_evaluates_each_prompt_afresh(tmp_path: Path) -> None:
+    # Mamba's state cannot be cut back to a shared prefix: the prompt cache must start over.
+    model = write_tiny_model(tmp_path / "mamba.gguf", TinyModelSpec(arch="mamba"))
+    recurrent = backend_for(model, max_seq_len=512, n_batch=64)
+    for prompt in ["hello", "hello", "world", "abc" * 50, "abc" * 50 + "k"]:
+        assert prompt_tokens_evaluated(recurrent, Request(prompt=prompt)) == 4 + len(prompt)
+        gen, _ = run(recurrent, Request(prompt=prompt), max_tokens=8)
+        assert gen.text == expected_completion(prompt, 8)
 
 
 def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path: Path) -> None:

@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -255,31 +257,77 @@ def test_a_worker_stops_on_sigterm_while_redis_is_down(tmp_path: Path, tiny_mode
         server.stop()
 
 
-OUTAGE_WORKER = """
+IN_PROCESS_WORKER = """
+import logging, os, signal, sys
 from laya.backend import LlamaBackend
 from laya.config import load_settings
 from laya.connection import connect
-from laya.worker import run_worker
+from laya.worker import LayaWorker, run_worker
 
+if sys.argv[1] == "signal-during-start-up":
+    register_birth = LayaWorker.register_birth
+
+    def register_then_signal(self, *args, **kwargs):
+        register_birth(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # before RQ has installed its own handlers
+
+    LayaWorker.register_birth = register_then_signal
+logging.basicConfig(level=logging.INFO)
 settings = load_settings()
 run_worker(settings, connect(settings, check=False), backend=LlamaBackend(settings))
 """
+
+
+@dataclass
+class ChildWorker:
+    """``run_worker`` in a child process, its log lines collected as they come."""
+
+    proc: subprocess.Popen[bytes]
+    lines: list[str]
+    reader: threading.Thread
+
+    @classmethod
+    def start(cls, url: str, model: Path, routes: Path, case: str) -> ChildWorker:
+        env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes)}
+        proc = subprocess.Popen([sys.executable, "-c", IN_PROCESS_WORKER, case], env=env, stderr=subprocess.PIPE)
+        lines: list[str] = []
+        assert proc.stderr is not None
+        stderr = proc.stderr
+        reader = threading.Thread(target=lambda: lines.extend(line.decode(errors="replace") for line in stderr),
+                                  daemon=True)
+        reader.start()
+        return cls(proc, lines, reader)
+
+    def wait(self, timeout: float) -> int:
+        """The exit code, once every line the process wrote has been read."""
+        code = self.proc.wait(timeout)
+        self.reader.join(timeout=5)
+        return code
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
 
 
 def test_a_worker_that_cannot_reach_redis_keeps_trying_and_stops_on_sigterm(
         tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:
     server = Server(tmp_path / "gone").start()
     server.stop()  # nothing listens on its port now: every start of RQ's loop fails
-    env = {**os.environ, "LAYA_REDIS_URL": server.url, "LAYA_MODEL_PATH": str(tiny_model),
-           "LAYA_ROUTES": str(routes_file)}
-    worker = subprocess.Popen([sys.executable, "-c", OUTAGE_WORKER], env=env, stderr=subprocess.PIPE)
+    worker = ChildWorker.start(server.url, tiny_model, routes_file, "plain")
     try:
-        time.sleep(3)  # a few failed starts of the loop
-        worker.send_signal(signal.SIGTERM)
-        returncode = worker.wait(timeout=15)
-        assert worker.stderr is not None
-        log = worker.stderr.read().decode()
-        assert returncode == 0, log
-        assert "starting the worker loop again" in log
+        wait_for(lambda: worker.log.count("starting the worker loop again") >= 2, 30,
+                 "two failed starts of the worker loop")
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=15) == 0, worker.log
     finally:
-        stop_laya(worker)
+        stop_laya(worker.proc)
+
+
+def test_a_signal_while_rq_starts_up_stops_the_worker(redis_server: Server, redis: Redis, tiny_model: Path,
+                                                      routes_file: Path) -> None:
+    worker = ChildWorker.start(redis_server.url, tiny_model, routes_file, "signal-during-start-up")
+    try:
+        assert worker.wait(timeout=15) == 0, worker.log  # not serving the queue until a second signal
+        assert "got SIGTERM" in worker.log
+    finally:
+        stop_laya(worker.proc)

