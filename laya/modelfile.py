@@ -204,7 +204,10 @@ def _model_info(path: Path, meta: dict[str, Any], tensors: tuple[TensorInfo, ...
     n_head = int(max(n_head_raw) if isinstance(n_head_raw, list) else n_head_raw)
     kv_raw = meta.get(f"{arch}.attention.head_count_kv", n_head_raw)
     n_head_kv = tuple(int(v) for v in kv_raw) if isinstance(kv_raw, list) else (int(kv_raw),) * n_layer
-    if len(n_head_kv) != n_layer or n_head <= 0:
+    if n_head <= 0:
+        raise GGUFError(f"{path}: architecture {arch!r} has no attention heads (a recurrent model such as "
+                        "Mamba?); the planner sizes attention KV caches only")
+    if len(n_head_kv) != n_layer:
         raise GGUFError(f"{path}: head_count_kv has {len(n_head_kv)} entries for {n_layer} layers")
     key_length = int(meta.get(f"{arch}.attention.key_length", n_embd // n_head))
     value_length = int(meta.get(f"{arch}.attention.value_length", n_embd // n_head))

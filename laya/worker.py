@@ -32,7 +32,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
 from laya.connection import renew_lock
-from laya.errors import DoesNotFit, InferenceError, ModelLoadError
+from laya.errors import DoesNotFit, GGUFError, InferenceError, ModelLoadError
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
 from laya.machine import MiB, detect_machine
@@ -181,8 +181,11 @@ class LayaWorker(SimpleWorker):
         self.set_state("idle")
 
 
-def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBackend, Plan]:
-    """Plan the configured model on this machine, refuse or shrink as planned, then load it."""
+def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBackend, Plan | None]:
+    """Plan the configured model on this machine, refuse or shrink as planned, then load it.
+
+    With ``force``, a plan that refuses, or a model the planner cannot read, is loaded anyway.
+    """
     import llama_cpp
 
     from laya.backend import LlamaBackend
@@ -194,7 +197,14 @@ def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBacken
         log.warning("GPU found but llama-cpp-python was built without GPU support: planning for the CPU; "
                     "reinstall it with CMAKE_ARGS=-DGGML_CUDA=on to use the GPU")
         machine = replace(machine, gpus=())
-    plan = make_plan(read_model_info(settings.model.path), machine, plan_input(settings))
+    try:
+        info = read_model_info(settings.model.path)
+    except GGUFError as exc:
+        if not force:
+            raise GGUFError(f"{exc.message} (start with --force to load it without a memory plan)") from None
+        log.warning("no memory plan (%s); loading anyway because of --force", exc.message)
+        return LlamaBackend(settings), None
+    plan = make_plan(info, machine, plan_input(settings))
     for line in plan.table().splitlines():
         log.info("plan: %s", line)
     n_ctx = settings.runtime.max_seq_len

@@ -12,7 +12,8 @@ import pytest
 from redis import Redis
 
 from laya.config import Settings
-from laya.errors import DoesNotFit
+from laya.errors import DoesNotFit, GGUFError
+from laya.tinymodel import TinyModelSpec, write_tiny_model
 from laya.worker import plan_and_load
 
 from ..conftest import Server
@@ -59,3 +60,22 @@ def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) 
     run_worker(settings, redis, burst=True)
     stats = [orjson.loads(v) for v in redis.hgetall("laya:stats:worker").values()]
     assert stats and stats[0]["verdict"] == "fits" and stats[0]["ram_resident"] > 0 and stats[0]["ram_planned"] > 0
+
+
+def test_a_model_the_planner_cannot_read_loads_only_when_forced(tmp_path: Path, settings: Settings,
+                                                                 redis: Redis) -> None:
+    from laya.client import Client
+    from laya.worker import run_worker
+
+    from .test_worker import route_all
+
+    model = write_tiny_model(tmp_path / "mamba.gguf", TinyModelSpec(arch="mamba"))
+    mamba = settings.model_copy(update={"model": settings.model.model_copy(update={"path": model})})
+    with pytest.raises(GGUFError, match="no attention heads.*--force"):
+        plan_and_load(mamba)
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=4)
+    route_all(mamba, redis)
+    run_worker(mamba, redis, burst=True, force=True)
+    assert client.wait(request_id, timeout=5).text == "pqrs"
+    assert not redis.exists("laya:stats:worker")  # no plan to publish
