@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import orjson
@@ -13,6 +14,7 @@ from rq import Queue
 from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
+from laya.errors import InvalidRequest
 from laya.jobs import JOB_FUNCTION
 from laya.router import Flight, Router
 
@@ -225,3 +227,31 @@ def test_a_rule_sending_to_another_model_caches_under_that_model(settings: Setti
     request = Request(prompt="big: a story", max_tokens=8)
     assert job.args[0]["cache_key"] == cache_key(request, "big", 8)
     assert job.args[0]["cache_key"] != cache_key(request, "default", 8)
+
+
+def test_ask_submits_and_waits_in_one_call(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    with pytest.raises(InvalidRequest) as info:
+        client.ask("hello", max_tokens=-1)
+    assert info.value.field == "max_tokens" and redis.xlen("laya:ingress") == 0  # nothing was sent
+    with pytest.raises(TimeoutError):
+        client.ask("hello", timeout=0)  # no router yet: an immediate answer that there is none
+    with pytest.raises(TimeoutError, match="within 0.2 s"):
+        client.ask("hello", timeout=0.2)
+    assert redis.xlen("laya:ingress") == 2  # both were accepted all the same
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    router.handle(router.read_batch())  # answers the two waiting requests
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            router.handle(router.read_batch())
+
+    serving = threading.Thread(target=serve)
+    serving.start()
+    try:
+        assert client.ask("hello", timeout=10).route == "rule:greeting"
+    finally:
+        done.set()
+        serving.join()
