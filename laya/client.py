@@ -95,6 +95,10 @@ class Client:
             return found
         if timeout <= 0:  # BLPOP would read 0 as "wait forever"
             raise TimeoutError(f"no result for {request_id} yet")
+        return self._block_for(request_id, timeout)
+
+    def _block_for(self, request_id: str, timeout: float) -> Result:
+        """BLPOP the request's wake-up list; read the record if the wake-up was missed."""
         reply = self.redis.blpop([self.keys.done(request_id)], timeout=timeout)
         if reply is not None:
             return decode_result(reply[1])
@@ -107,23 +111,14 @@ class Client:
             timeout: float = 60.0, **params: Any) -> Result:
         """Submit and wait: the one-call API.
 
-        The XADD and the BLPOP on the request's wake-up list go to Redis in one write, so the
-        whole exchange costs one round trip from here (plus the router's own work).
+        The XADD goes first and on its own, so a refused write (out of memory,
+        ACL) raises at once and a client-side retry can only repeat the XADD,
+        never a wait. The request is new, so the wait goes straight to BLPOP.
         """
-        request = _validate(prompt, messages, params)
+        request_id = self.submit_request(_validate(prompt, messages, params))
         if timeout <= 0:
-            return self.wait(self.submit_request(request), timeout=timeout)
-        request.submitted_at = time.time()
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(self.keys.ingress, {FIELD: encode_request(request)})
-        pipe.blpop([self.keys.done(request.id)], timeout=timeout)
-        _, reply = pipe.execute()
-        if reply is not None:
-            return decode_result(reply[1])
-        found = self.results.get(request.id)
-        if found is None:
-            raise TimeoutError(f"no result for {request.id} within {timeout:g} s")
-        return found
+            return self.wait(request_id, timeout=timeout)
+        return self._block_for(request_id, timeout)
 
     @staticmethod
     def new_channel() -> str:

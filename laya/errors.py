@@ -13,6 +13,7 @@
     │   ├── GenerationTimeout .. the job ran past its deadline
     │   └── ModelLoadError ..... llama.cpp could not load the model
     ├── GGUFError .............. a file is not a readable GGUF model
+    │   └── UnplannableModel ... a readable GGUF the planner cannot size (no attention heads, ...)
     └── ServerError ............ the Redis/Valkey server could not be reached or started
 
 Every :class:`RequestError` and :class:`InferenceError` carries a stable ``code``
@@ -36,6 +37,7 @@ __all__ = [
     "RequestError",
     "ServerError",
     "UnknownModel",
+    "UnplannableModel",
 ]
 
 
@@ -102,6 +104,12 @@ class ModelLoadError(InferenceError):
 
 class GGUFError(LayaError):
     code = "bad_gguf"
+
+
+class UnplannableModel(GGUFError):
+    """A well-formed GGUF whose architecture the planner cannot size; ``--force`` loads it unplanned."""
+
+    code = "unplannable_model"
 
 
 class ServerError(LayaError):

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
-from laya.errors import GGUFError
+from laya.errors import GGUFError, UnplannableModel
 
 __all__ = ["ModelInfo", "TensorInfo", "read_model_info"]
 
@@ -194,8 +194,8 @@ def _model_info(path: Path, meta: dict[str, Any], tensors: tuple[TensorInfo, ...
     def need(key: str) -> Any:
         value = meta.get(f"{arch}.{key}")
         if value is None:
-            raise GGUFError(f"{path}: architecture {arch!r} is not supported by the planner "
-                            f"(its header has no {arch}.{key})")
+            raise UnplannableModel(f"{path}: architecture {arch!r} is not supported by the planner "
+                                   f"(its header has no {arch}.{key})")
         return value
 
     n_layer = int(need("block_count"))
@@ -205,8 +205,8 @@ def _model_info(path: Path, meta: dict[str, Any], tensors: tuple[TensorInfo, ...
     kv_raw = meta.get(f"{arch}.attention.head_count_kv", n_head_raw)
     n_head_kv = tuple(int(v) for v in kv_raw) if isinstance(kv_raw, list) else (int(kv_raw),) * n_layer
     if n_head <= 0:
-        raise GGUFError(f"{path}: architecture {arch!r} has no attention heads (a recurrent model such as "
-                        "Mamba?); the planner sizes attention KV caches only")
+        raise UnplannableModel(f"{path}: architecture {arch!r} has no attention heads (a recurrent model such as "
+                               "Mamba?); the planner sizes attention KV caches only")
     if len(n_head_kv) != n_layer:
         raise GGUFError(f"{path}: head_count_kv has {len(n_head_kv)} entries for {n_layer} layers")
     key_length = int(meta.get(f"{arch}.attention.key_length", n_embd // n_head))

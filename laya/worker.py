@@ -32,7 +32,7 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
 from laya.connection import renew_lock
-from laya.errors import DoesNotFit, GGUFError, InferenceError, ModelLoadError
+from laya.errors import DoesNotFit, InferenceError, ModelLoadError, UnplannableModel
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
 from laya.machine import MiB, detect_machine
@@ -199,9 +199,9 @@ def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBacken
         machine = replace(machine, gpus=())
     try:
         info = read_model_info(settings.model.path)
-    except GGUFError as exc:
+    except UnplannableModel as exc:
         if not force:
-            raise GGUFError(f"{exc.message} (start with --force to load it without a memory plan)") from None
+            raise UnplannableModel(f"{exc.message} (start with --force to load it without a memory plan)") from None
         log.warning("no memory plan (%s); loading anyway because of --force", exc.message)
         return LlamaBackend(settings), None
     plan = make_plan(info, machine, plan_input(settings))

@@ -132,6 +132,10 @@ def test_a_recurrent_model_evaluates_each_prompt_afresh(tmp_path: Path) -> None:
         assert prompt_tokens_evaluated(recurrent, Request(prompt=prompt)) == 4 + len(prompt)
         gen, _ = run(recurrent, Request(prompt=prompt), max_tokens=8)
         assert gen.text == expected_completion(prompt, 8)
+    # A prompt that begins with everything evaluated so far (a chat's next turn) keeps the state.
+    gen, _ = run(recurrent, Request(prompt="hello"))
+    assert gen.finish_reason == "stop"
+    assert prompt_tokens_evaluated(recurrent, Request(prompt="hello" + gen.text + "abc")) == len("abc")
 
 
 def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path: Path) -> None:

@@ -272,6 +272,21 @@ if sys.argv[1] == "signal-during-start-up":
         os.kill(os.getpid(), signal.SIGTERM)  # before RQ has installed its own handlers
 
     LayaWorker.register_birth = register_then_signal
+elif sys.argv[1] == "signal-after-rq-loop":
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from laya.worker import _StopSignal
+
+    def redis_times_out(self, *args, **kwargs):
+        raise RedisTimeoutError("simulated")  # RQ's loop gives up and tears down
+
+    pause = _StopSignal.sleep
+
+    def signal_then_sleep(self, seconds):
+        os.kill(os.getpid(), signal.SIGTERM)  # outside RQ's loop, before the next one starts
+        pause(self, seconds)
+
+    LayaWorker.dequeue_job_and_maintain_ttl = redis_times_out
+    _StopSignal.sleep = signal_then_sleep
 logging.basicConfig(level=logging.INFO)
 settings = load_settings()
 run_worker(settings, connect(settings, check=False), backend=LlamaBackend(settings))
@@ -329,5 +344,15 @@ def test_a_signal_while_rq_starts_up_stops_the_worker(redis_server: Server, redi
     try:
         assert worker.wait(timeout=15) == 0, worker.log  # not serving the queue until a second signal
         assert "got SIGTERM" in worker.log
+    finally:
+        stop_laya(worker.proc)
+
+
+def test_a_signal_between_rq_loops_stops_the_worker(redis_server: Server, redis: Redis, tiny_model: Path,
+                                                   routes_file: Path) -> None:
+    worker = ChildWorker.start(redis_server.url, tiny_model, routes_file, "signal-after-rq-loop")
+    try:
+        assert worker.wait(timeout=15) == 0, worker.log  # RQ's handlers would raise StopRequested here
+        assert "starting the worker loop again" in worker.log and "got SIGTERM" in worker.log
     finally:
         stop_laya(worker.proc)

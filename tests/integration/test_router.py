@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import orjson
 import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from rq import Queue
 
 from laya.client import Client
@@ -229,7 +231,7 @@ def test_a_rule_sending_to_another_model_caches_under_that_model(settings: Setti
     assert job.args[0]["cache_key"] != cache_key(request, "default", 8)
 
 
-def test_ask_submits_and_waits_in_one_call(settings: Settings, redis: Redis) -> None:
+def test_ask_submits_then_waits(settings: Settings, redis: Redis) -> None:
     client = Client(redis)
     with pytest.raises(InvalidRequest) as info:
         client.ask("hello", max_tokens=-1)
@@ -255,3 +257,11 @@ def test_ask_submits_and_waits_in_one_call(settings: Settings, redis: Redis) -> 
     finally:
         done.set()
         serving.join()
+
+
+def test_ask_raises_at_once_when_redis_refuses_the_request(redis: Redis) -> None:
+    redis.set("laya:ingress", "not a stream")  # XADD now fails with WRONGTYPE
+    started = time.monotonic()
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        Client(redis).ask("hello", timeout=30)
+    assert time.monotonic() - started < 10  # the refusal, not the 30 s wait, ends the call

@@ -12,7 +12,7 @@ import pytest
 from redis import Redis
 
 from laya.config import Settings
-from laya.errors import DoesNotFit, GGUFError
+from laya.errors import DoesNotFit, GGUFError, UnplannableModel
 from laya.tinymodel import TinyModelSpec, write_tiny_model
 from laya.worker import plan_and_load
 
@@ -71,7 +71,7 @@ def test_a_model_the_planner_cannot_read_loads_only_when_forced(tmp_path: Path, 
 
     model = write_tiny_model(tmp_path / "mamba.gguf", TinyModelSpec(arch="mamba"))
     mamba = settings.model_copy(update={"model": settings.model.model_copy(update={"path": model})})
-    with pytest.raises(GGUFError, match="no attention heads.*--force"):
+    with pytest.raises(UnplannableModel, match="no attention heads.*--force"):
         plan_and_load(mamba)
     client = Client(redis)
     request_id = client.submit("jello", max_tokens=4)
@@ -79,3 +79,13 @@ def test_a_model_the_planner_cannot_read_loads_only_when_forced(tmp_path: Path, 
     run_worker(mamba, redis, burst=True, force=True)
     assert client.wait(request_id, timeout=5).text == "pqrs"
     assert not redis.exists("laya:stats:worker")  # no plan to publish
+
+
+def test_force_does_not_cover_a_broken_file(tmp_path: Path, settings: Settings) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(write_tiny_model(tmp_path / "whole.gguf").read_bytes()[:100])
+    cut = settings.model_copy(update={"model": settings.model.model_copy(update={"path": broken})})
+    for force in (False, True):
+        with pytest.raises(GGUFError, match="truncated") as info:
+            plan_and_load(cut, force=force)
+        assert not isinstance(info.value, UnplannableModel) and "--force" not in info.value.message

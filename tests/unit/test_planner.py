@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from laya.errors import GGUFError
+from laya.errors import GGUFError, UnplannableModel
 from laya.machine import GiB, Gpu, Machine, MiB, parse_size
 from laya.modelfile import read_model_info
 from laya.planner import PlanInput, kv_cache_bytes, make_plan
@@ -121,11 +121,12 @@ def test_truncated_header_and_unknown_architecture(tmp_path: Path, headers: dict
     whole = headers["Qwen2.5-7B-Instruct"].read_bytes()
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole[: len(whole) // 2])
-    with pytest.raises(GGUFError, match="truncated"):
+    with pytest.raises(GGUFError, match="truncated") as broken:
         read_model_info(cut)
+    assert not isinstance(broken.value, UnplannableModel)  # --force does not cover a broken file
     odd = tmp_path / "odd.gguf"
     odd.write_bytes(whole.replace(b"qwen2.block_count", b"qwen2.layer_count"))
-    with pytest.raises(GGUFError, match="not supported by the planner"):
+    with pytest.raises(UnplannableModel, match="not supported by the planner"):
         read_model_info(odd)
     with pytest.raises(GGUFError, match="cannot open"):
         read_model_info(tmp_path / "missing.gguf")
