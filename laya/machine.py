@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -9,6 +10,8 @@ import subprocess
 from dataclasses import dataclass, field
 
 __all__ = ["Gpu", "Machine", "detect_machine", "parse_size"]
+
+log = logging.getLogger("laya.machine")
 
 MiB = 1024**2
 GiB = 1024**3
@@ -68,8 +71,12 @@ def _nvidia_gpus() -> tuple[Gpu, ...]:
         return ()
     gpus = []
     for line in out.strip().splitlines():
-        name, total, free = (part.strip() for part in line.rsplit(",", 2))
-        gpus.append(Gpu(name, int(total) * MiB, int(free) * MiB))
+        try:
+            name, total, free = (part.strip() for part in line.rsplit(",", 2))
+            gpus.append(Gpu(name, int(total) * MiB, int(free) * MiB))
+        except ValueError:  # "[N/A]" for memory (MIG slices, some embedded boards)
+            log.warning("nvidia-smi reports no usable memory figures for %r; not planning for that GPU "
+                        "(give --vram to plan for it)", line)
     return tuple(gpus)
 
 
