@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 from redis import Redis
+from redis.typing import EncodableT, FieldT
 
 from laya.codec import FIELD, decode_result, encode_request
 from laya.errors import InvalidRequest
@@ -50,9 +51,7 @@ class Client:
         return self.submit_request(_validate(prompt, messages, params))
 
     def submit_request(self, request: Request) -> str:
-        if request.submitted_at is None:
-            request.submitted_at = time.time()
-        self.redis.xadd(self.keys.ingress, {FIELD: encode_request(request)})
+        self.redis.xadd(self.keys.ingress, _entry(request))
         return request.id
 
     def submit_many(self, payloads: Iterable[dict[str, Any]], *, reply_to: str | None = None,
@@ -111,14 +110,23 @@ class Client:
             timeout: float = 60.0, **params: Any) -> Result:
         """Submit and wait: the one-call API.
 
-        The XADD goes first and on its own, so a refused write (out of memory,
-        ACL) raises at once and a client-side retry can only repeat the XADD,
-        never a wait. The request is new, so the wait goes straight to BLPOP.
+        The XADD goes in one pipeline with a GET of the result key. Neither
+        blocks, so a refused write (out of memory, ACL) raises at once, and a
+        client-side retry repeats only that pair, never a wait. The GET matters
+        when the caller chose the ``id`` and retries an ``ask`` that already
+        finished: its wake-up was taken by the first call, and the record is
+        the only place the answer still is.
         """
-        request_id = self.submit_request(_validate(prompt, messages, params))
-        if timeout <= 0:
-            return self.wait(request_id, timeout=timeout)
-        return self._block_for(request_id, timeout)
+        request = _validate(prompt, messages, params)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(self.keys.ingress, _entry(request))
+        pipe.get(self.keys.result(request.id))
+        _, existing = pipe.execute()
+        if existing is not None:
+            return decode_result(existing)
+        if timeout <= 0:  # BLPOP would read 0 as "wait forever"
+            raise TimeoutError(f"no result for {request.id} yet")
+        return self._block_for(request.id, timeout)
 
     @staticmethod
     def new_channel() -> str:
@@ -161,6 +169,13 @@ class Client:
             elif time.monotonic() - last_progress > timeout:
                 raise TimeoutError(f"{len(pending)} results still missing after {timeout:g} s without progress")
         self.redis.delete(self.keys.reply(channel))
+
+
+def _entry(request: Request) -> dict[FieldT, EncodableT]:
+    """The ingress stream fields for ``request``, stamped with its submit time."""
+    if request.submitted_at is None:
+        request.submitted_at = time.time()
+    return {FIELD: encode_request(request)}
 
 
 def _validate(prompt: str | None, messages: list[dict[str, str]] | None, params: dict[str, Any]) -> Request:

@@ -145,7 +145,9 @@ def _tensor_bytes(path: Path, name: str, shape: tuple[int, ...], type_id: int) -
         kind = GGMLQuantizationType(type_id)
         block, size = GGML_QUANT_SIZES[kind]
     except (ValueError, KeyError):
-        raise GGUFError(f"{path}: tensor {name!r} has unknown type {type_id}") from None
+        # Likely a quantisation newer than the installed gguf package: llama.cpp may still load it.
+        raise UnplannableModel(f"{path}: tensor {name!r} has type {type_id}, unknown to the planner "
+                               "(upgrade the gguf package)") from None
     elements = 1
     for dim in shape:
         elements *= dim
@@ -198,30 +200,47 @@ def _model_info(path: Path, meta: dict[str, Any], tensors: tuple[TensorInfo, ...
                                    f"(its header has no {arch}.{key})")
         return value
 
-    n_layer = int(need("block_count"))
-    n_embd = int(need("embedding_length"))
+    def count(key: str, value: Any) -> int:
+        """``value`` as an int; a list (one per layer) gives its largest entry."""
+        try:
+            return int(max(value) if isinstance(value, list) else value)
+        except (TypeError, ValueError):
+            raise GGUFError(f"{path}: GGUF key {key} is {value!r}, not a number") from None
+
+    n_layer = count(f"{arch}.block_count", need("block_count"))
+    n_embd = count(f"{arch}.embedding_length", need("embedding_length"))
     n_head_raw = need("attention.head_count")
-    n_head = int(max(n_head_raw) if isinstance(n_head_raw, list) else n_head_raw)
-    kv_raw = meta.get(f"{arch}.attention.head_count_kv", n_head_raw)
-    n_head_kv = tuple(int(v) for v in kv_raw) if isinstance(kv_raw, list) else (int(kv_raw),) * n_layer
+    n_head = count(f"{arch}.attention.head_count", n_head_raw)
+    kv_key = f"{arch}.attention.head_count_kv"
+    kv_raw = meta.get(kv_key, n_head_raw)
+    if isinstance(kv_raw, list):
+        n_head_kv = tuple(count(kv_key, v) for v in kv_raw)
+    else:
+        n_head_kv = (count(kv_key, kv_raw),) * n_layer
     if n_head <= 0:
         raise UnplannableModel(f"{path}: architecture {arch!r} has no attention heads (a recurrent model such as "
                                "Mamba?); the planner sizes attention KV caches only")
     if len(n_head_kv) != n_layer:
         raise GGUFError(f"{path}: head_count_kv has {len(n_head_kv)} entries for {n_layer} layers")
-    key_length = int(meta.get(f"{arch}.attention.key_length", n_embd // n_head))
-    value_length = int(meta.get(f"{arch}.attention.value_length", n_embd // n_head))
-    ff = meta.get(f"{arch}.feed_forward_length", 0)
+    key_length = count(f"{arch}.attention.key_length", meta.get(f"{arch}.attention.key_length", n_embd // n_head))
+    value_length = count(f"{arch}.attention.value_length",
+                         meta.get(f"{arch}.attention.value_length", n_embd // n_head))
+    n_ff = count(f"{arch}.feed_forward_length", meta.get(f"{arch}.feed_forward_length", 0))
     vocab = meta.get("tokenizer.ggml.tokens")
-    n_vocab = len(vocab) if vocab is not None else int(meta.get(f"{arch}.vocab_size", 0))
+    if isinstance(vocab, list | _Skipped):
+        n_vocab = len(vocab)
+    else:
+        n_vocab = count(f"{arch}.vocab_size", meta.get(f"{arch}.vocab_size", 0))
+    context = meta.get(f"{arch}.context_length")
+    context_length = count(f"{arch}.context_length", context) if context is not None else None
     file_type = meta.get("general.file_type")
     try:
         type_name = LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_") if file_type is not None else None
-    except ValueError:
+    except (TypeError, ValueError):
         type_name = f"type {file_type}"
     return ModelInfo(
         path=path, file_size=os.path.getsize(path), architecture=arch, name=meta.get("general.name"),
         n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, key_length=key_length,
-        value_length=value_length, n_ff=int(max(ff) if isinstance(ff, list) else ff), n_vocab=n_vocab,
-        context_length=meta.get(f"{arch}.context_length"), file_type=type_name, tensors=tensors,
+        value_length=value_length, n_ff=n_ff, n_vocab=n_vocab,
+        context_length=context_length, file_type=type_name, tensors=tensors,
     )

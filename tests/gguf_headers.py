@@ -73,7 +73,9 @@ def tensors(a: Arch) -> list[tuple[str, tuple[int, ...], T]]:
     return out
 
 
-def write_header(path: Path, a: Arch, *, vocab_tokens: bool = True) -> Path:
+def write_header(path: Path, a: Arch, *, vocab_tokens: bool = True, override: dict[str, object] | None = None,
+                 tensor_type: int | None = None) -> Path:
+    """A header-only GGUF of ``a``; ``override`` replaces header keys, ``tensor_type`` every tensor's type id."""
     meta: dict[str, object] = {
         "general.architecture": a.arch, "general.name": a.name, "general.file_type": 15,  # MOSTLY_Q4_K_M
         f"{a.arch}.block_count": a.n_layer, f"{a.arch}.embedding_length": a.n_embd,
@@ -86,11 +88,12 @@ def write_header(path: Path, a: Arch, *, vocab_tokens: bool = True) -> Path:
         meta[f"{a.arch}.attention.value_length"] = a.head_dim
     if vocab_tokens:
         meta["tokenizer.ggml.tokens"] = [f"t{i}" for i in range(a.n_vocab)]
+    meta.update(override or {})
     infos = tensors(a)
     body = b"GGUF" + struct.pack("<IQQ", 3, len(infos), len(meta))
     body += b"".join(_kv(k, v) for k, v in meta.items())
     for name, shape, kind in infos:
         body += _string(name) + struct.pack("<I", len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
-        body += struct.pack("<IQ", kind.value, 0)
+        body += struct.pack("<IQ", kind.value if tensor_type is None else tensor_type, 0)
     path.write_bytes(body)
     return path

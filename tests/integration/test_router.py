@@ -254,6 +254,12 @@ def test_ask_submits_then_waits(settings: Settings, redis: Redis) -> None:
     serving.start()
     try:
         assert client.ask("hello", timeout=10).route == "rule:greeting"
+        first = client.ask("hello", id="retry-1", timeout=10)
+        # A retry with the same id finds the record at once: the first call took the wake-up.
+        started = time.monotonic()
+        again = client.ask("hello", id="retry-1", timeout=30)
+        assert time.monotonic() - started < 10
+        assert again == first
     finally:
         done.set()
         serving.join()

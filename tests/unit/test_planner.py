@@ -133,6 +133,16 @@ def test_truncated_header_and_unknown_architecture(tmp_path: Path, headers: dict
         read_model_info(tmp_path / "missing.gguf")
 
 
+def test_odd_header_values_are_named(tmp_path: Path) -> None:
+    wordy = write_header(tmp_path / "wordy.gguf", QWEN25_7B, override={"qwen2.block_count": "many"})
+    with pytest.raises(GGUFError, match="qwen2.block_count is 'many', not a number") as broken:
+        read_model_info(wordy)
+    assert not isinstance(broken.value, UnplannableModel)
+    novel = write_header(tmp_path / "novel.gguf", QWEN25_7B, tensor_type=250)  # a quantisation from the future
+    with pytest.raises(UnplannableModel, match="type 250, unknown to the planner"):
+        read_model_info(novel)
+
+
 def test_gpus_are_read_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        caplog: pytest.LogCaptureFixture) -> None:
     # A stand-in for the driver's tool, printing what its documented CSV query prints.
