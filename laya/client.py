@@ -110,20 +110,24 @@ class Client:
             timeout: float = 60.0, **params: Any) -> Result:
         """Submit and wait: the one-call API.
 
-        The XADD goes in one pipeline with a GET of the result key. Neither
-        blocks, so a refused write (out of memory, ACL) raises at once, and a
-        client-side retry repeats only that pair, never a wait. The GET matters
-        when the caller chose the ``id`` and retries an ``ask`` that already
-        finished: its wake-up was taken by the first call, and the record is
-        the only place the answer still is.
+        The XADD goes first, then a BLPOP on the request's wake-up list, so a
+        refused write (out of memory, ACL) raises at once and a client-side
+        retry repeats only the XADD, never a wait. When the caller chose the
+        ``id``, the XADD goes in one pipeline with a GET of the result record: a
+        retry of an ``ask`` that already finished must find its answer there,
+        because the first call took the wake-up. A generated id is new, so
+        nothing can be there yet and the GET is skipped.
         """
         request = _validate(prompt, messages, params)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(self.keys.ingress, _entry(request))
-        pipe.get(self.keys.result(request.id))
-        _, existing = pipe.execute()
-        if existing is not None:
-            return decode_result(existing)
+        if "id" in params:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.xadd(self.keys.ingress, _entry(request))
+            pipe.get(self.keys.result(request.id))
+            existing = pipe.execute()[1]
+            if existing is not None:
+                return decode_result(existing)
+        else:
+            self.submit_request(request)
         if timeout <= 0:  # BLPOP would read 0 as "wait forever"
             raise TimeoutError(f"no result for {request.id} yet")
         return self._block_for(request.id, timeout)

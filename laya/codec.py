@@ -45,7 +45,7 @@ def encode_result(result: Result) -> bytes:
 
 
 def decode_result(data: bytes | str) -> Result:
-    return Result.model_validate(orjson.loads(data))
+    return Result.model_validate_json(data)
 
 
 _PATTERN_HINTS = {
