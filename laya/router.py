@@ -133,12 +133,15 @@ class DecodeStage:
             flight.model = request.model or self.default_model
             flight.max_tokens = request.max_tokens or self.default_max_tokens
             flight.normalised = normalise(request.text)
-            if request.cache:
-                flight.cache_key = cache_key(request, flight.model, flight.max_tokens, flight.normalised)
 
 
 class CacheStage:
-    """Answer from the in-process LRU, then from Redis in one MGET for the batch's misses."""
+    """Answer from the in-process LRU, then from Redis in one MGET for the batch's misses.
+
+    It runs after the rules, so the key it computes names the model that will
+    answer (a rule may have sent the request to another model); the worker
+    stores its answer under the same key.
+    """
 
     name = "cache"
 
@@ -147,23 +150,25 @@ class CacheStage:
         self.keys = keys
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
-        misses = []
+        misses: list[tuple[Flight, str]] = []
         for flight in flights:
-            if not flight.open or flight.cache_key is None:
+            request = flight.request
+            if not flight.open or request is None or not request.cache:
                 continue
-            answer = self.local.get(flight.cache_key)
+            key = flight.cache_key = cache_key(request, flight.model, flight.max_tokens, flight.normalised)
+            answer = self.local.get(key)
             if answer is not None:
                 self._answer(flight, answer)
             else:
-                misses.append(flight)
+                misses.append((flight, key))
         if not misses:
             return
-        values = redis.mget([self.keys.cache(f.cache_key) for f in misses if f.cache_key])
-        for flight, value in zip(misses, values):
-            if value is None or flight.cache_key is None:
+        values = redis.mget([self.keys.cache(key) for _, key in misses])
+        for (flight, key), value in zip(misses, values):
+            if value is None:
                 continue
             answer = orjson.loads(value)
-            self.local.put(flight.cache_key, answer)
+            self.local.put(key, answer)
             self._answer(flight, answer)
 
     @staticmethod
@@ -191,8 +196,6 @@ class RulesStage:
             spec = match.rule.spec
             if spec.model is not None:
                 flight.model = spec.model
-                if flight.cache_key is not None:  # the key names the model that answers
-                    flight.cache_key = cache_key(flight.request, flight.model, flight.max_tokens, flight.normalised)
                 continue
             text = match.rule.render(prompt=flight.request.text, matched=match.matched, request_id=flight.request_id)
             flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
