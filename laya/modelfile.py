@@ -193,46 +193,44 @@ def _model_info(path: Path, meta: dict[str, Any], tensors: tuple[TensorInfo, ...
     if not isinstance(arch, str):
         raise GGUFError(f"{path}: GGUF header has no general.architecture")
 
-    def need(key: str) -> Any:
-        value = meta.get(f"{arch}.{key}")
+    def field(key: str, default: Any = None) -> Any:
+        """The architecture's header value ``<arch>.<key>``; without it and a default, unplannable."""
+        value = meta.get(f"{arch}.{key}", default)
         if value is None:
             raise UnplannableModel(f"{path}: architecture {arch!r} is not supported by the planner "
                                    f"(its header has no {arch}.{key})")
         return value
 
-    def count(key: str, value: Any) -> int:
-        """``value`` as an int; a list (one per layer) gives its largest entry."""
+    def number(key: str, value: Any) -> int:
+        """``value`` of ``<arch>.<key>`` as an int; a list (one per layer) gives its largest entry."""
         try:
             return int(max(value) if isinstance(value, list) else value)
         except (TypeError, ValueError):
-            raise GGUFError(f"{path}: GGUF key {key} is {value!r}, not a number") from None
+            raise GGUFError(f"{path}: GGUF key {arch}.{key} is {value!r}, not a number") from None
 
-    n_layer = count(f"{arch}.block_count", need("block_count"))
-    n_embd = count(f"{arch}.embedding_length", need("embedding_length"))
-    n_head_raw = need("attention.head_count")
-    n_head = count(f"{arch}.attention.head_count", n_head_raw)
-    kv_key = f"{arch}.attention.head_count_kv"
-    kv_raw = meta.get(kv_key, n_head_raw)
+    def count(key: str, default: Any = None) -> int:
+        return number(key, field(key, default))
+
+    n_layer = count("block_count")
+    n_embd = count("embedding_length")
+    n_head = count("attention.head_count")
+    kv_raw = field("attention.head_count_kv", field("attention.head_count"))
     if isinstance(kv_raw, list):
-        n_head_kv = tuple(count(kv_key, v) for v in kv_raw)
+        n_head_kv = tuple(number("attention.head_count_kv", v) for v in kv_raw)
     else:
-        n_head_kv = (count(kv_key, kv_raw),) * n_layer
+        n_head_kv = (number("attention.head_count_kv", kv_raw),) * n_layer
     if n_head <= 0:
         raise UnplannableModel(f"{path}: architecture {arch!r} has no attention heads (a recurrent model such as "
                                "Mamba?); the planner sizes attention KV caches only")
     if len(n_head_kv) != n_layer:
         raise GGUFError(f"{path}: head_count_kv has {len(n_head_kv)} entries for {n_layer} layers")
-    key_length = count(f"{arch}.attention.key_length", meta.get(f"{arch}.attention.key_length", n_embd // n_head))
-    value_length = count(f"{arch}.attention.value_length",
-                         meta.get(f"{arch}.attention.value_length", n_embd // n_head))
-    n_ff = count(f"{arch}.feed_forward_length", meta.get(f"{arch}.feed_forward_length", 0))
+    key_length = count("attention.key_length", n_embd // n_head)
+    value_length = count("attention.value_length", n_embd // n_head)
+    n_ff = count("feed_forward_length", 0)
     vocab = meta.get("tokenizer.ggml.tokens")
-    if isinstance(vocab, list | _Skipped):
-        n_vocab = len(vocab)
-    else:
-        n_vocab = count(f"{arch}.vocab_size", meta.get(f"{arch}.vocab_size", 0))
+    n_vocab = len(vocab) if isinstance(vocab, list | _Skipped) else count("vocab_size", 0)
     context = meta.get(f"{arch}.context_length")
-    context_length = count(f"{arch}.context_length", context) if context is not None else None
+    context_length = number("context_length", context) if context is not None else None
     file_type = meta.get("general.file_type")
     try:
         type_name = LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_") if file_type is not None else None
