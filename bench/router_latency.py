@@ -3,13 +3,15 @@
     python bench/router_latency.py          # writes bench/results/router_latency.md
 
 A `laya router` process serves a throwaway Valkey on loopback. The client calls
-``Client.ask("hello")`` (a rule answers it) one request at a time: an XADD, then
-a BLPOP on the request's wake-up list. Baselines in the same run, on the same
-server, interleaved with Laya's requests:
+``Client.ask("hello")`` (a rule answers it) one request at a time: the XADD and
+a BLPOP on the request's wake-up list, sent in one write. Baselines in the same
+run, on the same server, interleaved with Laya's requests:
 
 * PING round trip;
-* raw stream round trip: XADD, then BLPOP, through a minimal consumer process
-  (XREADGROUP, LPUSH, XACK): the same hops as Laya's path with no Laya logic.
+* raw stream round trip through a minimal consumer process (XREADGROUP, LPUSH,
+  XACK): the same hops as Laya's path with no Laya logic, the XADD and BLPOP
+  sent in one write as `ask` sends them (the baseline the ratio uses), and as
+  two round trips (XADD, then BLPOP).
 
 Target: Laya p50 ≤ 0.5 ms and ≤ 3x the raw stream round trip, over all rounds.
 """
@@ -81,14 +83,21 @@ def main() -> None:
 
             def raw_once() -> None:
                 key = uuid.uuid4().hex.encode()
+                with redis.pipeline(transaction=False) as pipe:
+                    pipe.xadd("raw:in", {"id": key})
+                    pipe.blpop([b"raw:out:" + key], timeout=10)
+                    assert pipe.execute()[1] is not None
+
+            def raw_twice() -> None:
+                key = uuid.uuid4().hex.encode()
                 redis.xadd("raw:in", {"id": key})
                 assert redis.blpop([b"raw:out:" + key], timeout=10) is not None
 
-            for warm in (laya_once, raw_once):
+            for warm in (laya_once, raw_once, raw_twice):
                 timed(200, warm)
             # Interleaved, one of each in turn, so a noisy moment on the machine hits all alike; in
             # rounds, so the table shows how much the shared machine moved the figures within one run.
-            samples: dict[object, list[int]] = {redis.ping: [], raw_once: [], laya_once: []}
+            samples: dict[object, list[int]] = {redis.ping: [], raw_twice: [], raw_once: [], laya_once: []}
             rounds: list[tuple[float, float]] = []
             for _ in range(ROUNDS):
                 start = len(samples[raw_once])
@@ -97,7 +106,7 @@ def main() -> None:
                         times += timed(1, one)
                 rounds.append((summary_us(samples[raw_once][start:])["p50"],
                                summary_us(samples[laya_once][start:])["p50"]))
-            ping, raw, laya = (summary_us(times) for times in samples.values())
+            ping, raw_two, raw, laya = (summary_us(times) for times in samples.values())
         finally:
             router.terminate()
             consumer.kill()
@@ -105,17 +114,20 @@ def main() -> None:
             server.stop()
     title = f"# Short-circuit end-to-end latency ({ROUNDS} rounds of {REQUESTS} sequential requests, loopback Valkey)"
     lines = [title, "",
-             "| path | p50 (ms) | p99 (ms) | mean (ms) | p50 vs raw stream |",
+             "| path | p50 (ms) | p99 (ms) | mean (ms) | p50 vs raw, one write |",
              "|---|---:|---:|---:|---:|"]
-    for name, figures in (("PING round trip", ping), ("raw stream round trip (XADD, then BLPOP)", raw),
+    for name, figures in (("PING round trip", ping),
+                          ("raw stream round trip, two round trips (XADD, then BLPOP)", raw_two),
+                          ("raw stream round trip, one write (XADD + BLPOP)", raw),
                           ("Laya: `Client.ask` → rule answer", laya)):
         lines.append(f"| {name} | {figures['p50'] / 1000:.3f} | {figures['p99'] / 1000:.3f} | "
                      f"{figures['mean'] / 1000:.3f} | {figures['p50'] / raw['p50']:.2f}x |")
     per_round = ", ".join(f"{r / 1000:.3f} / {la / 1000:.3f}" for r, la in rounds)
-    lines += ["", f"p50 per round, raw / Laya (ms): {per_round}."]
+    lines += ["", f"p50 per round, raw (one write) / Laya (ms): {per_round}."]
     ok = laya["p50"] <= 500 and laya["p50"] <= 3 * raw["p50"]
     verdict = (f"Target p50 ≤ 0.5 ms and ≤ 3x the raw stream round trip: {'met' if ok else 'NOT met'} "
-               f"(p50 {laya['p50'] / 1000:.3f} ms, {laya['p50'] / raw['p50']:.2f}x the raw round trip).")
+               f"(p50 {laya['p50'] / 1000:.3f} ms, {laya['p50'] / raw['p50']:.2f}x the raw round trip sent "
+               f"in one write, {laya['p50'] / raw_two['p50']:.2f}x the one in two round trips).")
     lines += ["", verdict]
     write_results("router_latency.md", lines)
 

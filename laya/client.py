@@ -27,6 +27,7 @@ from laya.errors import InvalidRequest
 from laya.keys import Keys
 from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
+from laya.wire import Wire
 
 __all__ = ["Client"]
 
@@ -36,6 +37,7 @@ class Client:
         self.redis = redis
         self.keys = Keys(prefix)
         self.results = ResultStore(redis, self.keys, ttl_s=1)  # read-only use: ttl unused
+        self.wire = Wire(redis)
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "laya") -> Client:
@@ -108,29 +110,45 @@ class Client:
 
     def ask(self, prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
             timeout: float = 60.0, **params: Any) -> Result:
-        """Submit and wait: the one-call API.
+        """Submit and wait: the one-call API, in one round trip.
 
-        The XADD goes first, then a BLPOP on the request's wake-up list, so a
-        refused write (out of memory, ACL) raises at once and a client-side
-        retry repeats only the XADD, never a wait. When the caller chose the
-        ``id``, the XADD goes in one pipeline with a GET of the result record: a
-        retry of an ``ask`` that already finished must find its answer there,
-        because the first call took the wake-up. A generated id is new, so
-        nothing can be there yet and the GET is skipped.
+        The XADD and the BLPOP on the request's wake-up list go to Redis in one
+        write, and their replies are read in order: a refused write (out of
+        memory, ACL) raises as soon as its reply arrives, never after a wait.
+        When the caller chose the ``id``, a GET of the result record goes
+        between them: a retry of an ``ask`` that already finished must find its
+        answer there, because the first call took the wake-up. A generated id
+        is new, so nothing can be there yet and the GET is left out.
         """
         request = _validate(prompt, messages, params)
-        if "id" in params:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.xadd(self.keys.ingress, _entry(request))
-            pipe.get(self.keys.result(request.id))
-            existing = pipe.execute()[1]
-            if existing is not None:
+        blocking = timeout > 0  # BLPOP would read 0 as "wait forever": no wait at all instead
+        found = self._submit_then_wait(request, timeout if blocking else None, check_existing="id" in params)
+        if found is None and blocking:
+            found = self.results.get(request.id)  # the wake-up was missed (a result written twice)
+        if found is None:
+            raise TimeoutError(f"no result for {request.id} " + (f"within {timeout:g} s" if blocking else "yet"))
+        return found
+
+    def _submit_then_wait(self, request: Request, timeout: float | None, *, check_existing: bool) -> Result | None:
+        """XADD, then GET if ``check_existing``, then BLPOP if ``timeout``: one write, replies read in order.
+
+        When the call ends before the BLPOP's reply was read (the XADD was
+        refused, the GET found the answer, an interrupt), the server still holds
+        that BLPOP, so the exchange closes the connection.
+        """
+        commands: list[tuple[EncodableT, ...]] = [("XADD", self.keys.ingress, "*", FIELD, _entry(request)[FIELD])]
+        if check_existing:
+            commands.append(("GET", self.keys.result(request.id)))
+        if timeout is not None:
+            commands.append(("BLPOP", self.keys.done(request.id), timeout))
+        with self.wire.exchange(commands) as replies:
+            replies.next()  # the XADD's entry id; a refused XADD raises here
+            if check_existing and (existing := replies.next()) is not None:
                 return decode_result(existing)
-        else:
-            self.submit_request(request)
-        if timeout <= 0:  # BLPOP would read 0 as "wait forever"
-            raise TimeoutError(f"no result for {request.id} yet")
-        return self._block_for(request.id, timeout)
+            if timeout is None:
+                return None
+            popped = replies.next()
+        return decode_result(popped[1]) if popped is not None else None
 
     @staticmethod
     def new_channel() -> str:

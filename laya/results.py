@@ -9,11 +9,15 @@ which is what a blocked producer wakes on.
 
 from __future__ import annotations
 
+from hashlib import sha1
 from typing import TYPE_CHECKING
+
+from redis.exceptions import NoScriptError
 
 from laya.codec import decode_result, encode_result
 from laya.keys import Keys
 from laya.schema import Result
+from laya.wire import Wire
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -47,6 +51,7 @@ for first = 4, 3 + n, 500 do
 end
 return written
 """
+_COMMIT_SHA = sha1(_COMMIT.encode()).hexdigest()
 
 Answer = tuple[str, bytes, str | None]
 """(request id, result JSON, reply channel)."""
@@ -57,7 +62,7 @@ class ResultStore:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s
-        self._script = redis.register_script(_COMMIT)
+        self.wire = Wire(redis)
 
     def wake_key(self, request_id: str, reply_to: str | None) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.done(request_id)
@@ -72,10 +77,22 @@ class ResultStore:
             args.append(payload)
         return keys, args
 
-    def commit(self, answers: list[Answer], *, group: str, entry_ids: list[str]) -> int:
-        """Write ``answers`` and acknowledge and delete ``entry_ids`` in one atomic call."""
+    def commit(self, answers: list[Answer], *, group: str, entry_ids: list[str], wire: Wire | None = None) -> int:
+        """Write ``answers`` and acknowledge and delete ``entry_ids`` in one atomic call.
+
+        ``wire``: a connection the caller holds (the router's commit loop); by
+        default one is taken from the pool for the call.
+        """
         keys, args = self._keys_and_args(answers, (group, entry_ids))
-        return int(self._script(keys=keys, args=args))
+        return self._run(wire or self.wire, keys, args)
+
+    @staticmethod
+    def _run(wire: Wire, keys: list[str], args: list[bytes | str | int]) -> int:
+        """The commit script by its digest; in full when the server does not have it (after a restart)."""
+        try:
+            return int(wire.call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
+        except NoScriptError:
+            return int(wire.call("EVAL", _COMMIT, len(keys), *keys, *args))
 
     def queue_commit(self, pipe: Pipeline, answers: list[Answer], *, group: str, entry_ids: list[str]) -> None:
         """The same as :meth:`commit`, added to ``pipe`` (a MULTI that also enqueues RQ jobs).
@@ -89,7 +106,7 @@ class ResultStore:
     def write(self, result: Result, reply_to: str | None) -> bool:
         """Write now; ``False`` if this id already had a result (which stays)."""
         keys, args = self._keys_and_args([(result.id, encode_result(result), reply_to)], None)
-        return bool(self._script(keys=keys, args=args))
+        return bool(self._run(self.wire, keys, args))
 
     def get(self, request_id: str) -> Result | None:
         data = self.redis.get(self.keys.result(request_id))

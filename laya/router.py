@@ -49,6 +49,7 @@ from laya.rules import RuleSet, load_rules
 from laya.schema import Request
 from laya.stats import LatencyWindow
 from laya.text import normalise
+from laya.wire import Wire
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -262,6 +263,10 @@ class Router:
         cfg = settings.router
         self.consumer = consumer or f"{socket.gethostname()}-{id(self):x}"
         self.results = ResultStore(redis, self.keys, ttl_s=cfg.result_ttl_s)
+        # Connections held for the read → route → commit loop (laya.wire says why). Reads run on this
+        # thread; a commit runs here or on the commit thread, one at a time, while the next read goes on.
+        self._reads = Wire(redis, held=True)
+        self._commits = Wire(redis, held=True)
         limits = Limits(max_request_bytes=cfg.max_request_bytes, max_messages=cfg.max_messages,
                         max_tokens_limit=settings.runtime.max_tokens_limit,
                         models=frozenset(settings.model_names))
@@ -327,11 +332,15 @@ class Router:
             entries = [e for e in entries if e[1] is not None]
             if entries:
                 log.warning("reclaimed %d pending entries idle over %d ms", len(entries), cfg.claim_idle_ms)
-        if not entries:
-            reply: Any = self.redis.xreadgroup(self.keys.router_group, self.consumer, {self.keys.ingress: ">"},
-                                          count=cfg.batch_size, block=cfg.block_ms)
-            entries = reply[0][1] if reply else []
-        return [(entry_id.decode(), fields or {}) for entry_id, fields in entries]
+        if entries:
+            return [(entry_id.decode(), fields) for entry_id, fields in entries]
+        reply = self._reads.call("XREADGROUP", "GROUP", self.keys.router_group, self.consumer,
+                                 "COUNT", cfg.batch_size, "BLOCK", cfg.block_ms, "STREAMS", self.keys.ingress, ">")
+        if not reply:
+            return []
+        # One stream: [[name, entries]] in RESP2, {name: entries} in RESP3; an entry is [id, [field, value, ...]].
+        new = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+        return [(entry_id.decode(), dict(zip(fields[::2], fields[1::2]))) for entry_id, fields in new]
 
     def handle(self, entries: list[tuple[str, dict[bytes, bytes]]], *, wait: bool = True) -> list[Flight]:
         """Run ``entries`` through the stages and commit the batch.
@@ -434,7 +443,7 @@ class Router:
                 by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
         ids = [f.entry_id for f in flights]
         if not by_queue:
-            self.results.commit(answers, group=self.keys.router_group, entry_ids=ids)
+            self.results.commit(answers, group=self.keys.router_group, entry_ids=ids, wire=self._commits)
             return {}
         with self.redis.pipeline(transaction=True) as pipe:
             self.results.queue_commit(pipe, answers, group=self.keys.router_group, entry_ids=ids)
@@ -519,6 +528,8 @@ class Router:
                 time.sleep(1)
         self.flush()
         self._committer.shutdown()
+        self._reads.close()
+        self._commits.close()
         log.info("router %s stopped", self.consumer)
 
 

@@ -258,6 +258,8 @@ def test_ask_submits_then_waits(settings: Settings, redis: Redis) -> None:
         # A retry with the same id finds the record at once: the first call took the wake-up.
         started = time.monotonic()
         again = client.ask("hello", id="retry-1", timeout=30)
+        # The retry's BLPOP was still blocked on the server: its connection must not serve the next call.
+        assert redis.get("laya:result:retry-1") is not None
         assert time.monotonic() - started < 10
         assert again == first
     finally:
@@ -270,4 +272,6 @@ def test_ask_raises_at_once_when_redis_refuses_the_request(redis: Redis) -> None
     started = time.monotonic()
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         Client(redis).ask("hello", timeout=30)
+    redis.delete("laya:ingress")
+    assert Client(redis).submit("hello")  # the refused call's blocked BLPOP went with its connection
     assert time.monotonic() - started < 10  # the refusal, not the 30 s wait, ends the call
