@@ -37,7 +37,7 @@ class Limits:
 
 
 def encode_request(request: Request) -> bytes:
-    return orjson.dumps(request.model_dump(exclude_none=True, exclude_defaults=False))
+    return Request.__pydantic_serializer__.to_json(request, exclude_none=True)
 
 
 def encode_result(result: Result) -> bytes:

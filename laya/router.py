@@ -354,9 +354,6 @@ class Router:
         flights = [Flight(entry_id, fields, time.perf_counter_ns()) for entry_id, fields in entries]
         for stage in self.stages:
             self._run_stage(stage, flights)
-        for flight in flights:
-            self._counts[flight.route or f"model:{flight.model}"] += 1
-            self.latency.add(flight.route_ns)
         try:
             self.flush()
         except BaseException:  # this batch is dropped too: it stays pending and comes back
@@ -366,6 +363,9 @@ class Router:
             self.commit(flights)
         else:
             self._pending = self._committer.submit(self.commit, flights)
+        for flight in flights:  # after the commit, off the path between a submit and its answer
+            self._counts[flight.route or f"model:{flight.model}"] += 1
+            self.latency.add(flight.route_ns)
         return flights
 
     def _run_stage(self, stage: Stage, flights: list[Flight]) -> None:

@@ -18,6 +18,7 @@ same answer as trying every rule in rank order and stopping at the first match.
 Rules are compiled once (on load and reload): exact phrases in a dict,
 prefixes in a dict per distinct length, keywords in one Aho–Corasick
 automaton, regexes last, and only those ranked above the best match so far.
+A kind whose best-ranked rule ranks below the match so far is not tried at all.
 Each regex's longest required literal (``"order #"`` in ``order #[0-9]+``) goes
 into a second automaton, so a regex runs only on texts that contain its
 literal; regexes without one run on every text.
@@ -110,8 +111,13 @@ class RuleSet:
         for rule in self.rules:
             self._compile(rule)
         self._prefix_lengths = sorted({len(p) for p in self._prefix})
-        self._has_keywords = len(self._keywords) > 0
-        if self._has_keywords:
+        # The best rank each kind can give: a kind that cannot beat the match so far is skipped.
+        self._best_prefix = min(self._prefix.values(), default=_NO_MATCH)
+        self._best_keyword = min((rank for rank, _ in self._keywords.values()), default=_NO_MATCH)
+        self._best_regex = min((rank for rank, _ in self._regex_always), default=_NO_MATCH)
+        for regexes in self._regex_by_literal.values():
+            self._best_regex = min(self._best_regex, *(rank for rank, _ in regexes))
+        if self._best_keyword != _NO_MATCH:
             self._keywords.make_automaton()
         self._literals = ahocorasick.Automaton()
         for literal in self._regex_by_literal:
@@ -148,25 +154,26 @@ class RuleSet:
     def match(self, text: str) -> Match | None:
         """The best-ranked rule matching already-normalised ``text``, or ``None``."""
         best, matched = self._exact.get(text, _NO_MATCH), text
-        for length in self._prefix_lengths:
-            if length > len(text):
-                break
-            rank = self._prefix.get(text[:length])
-            if rank is not None and rank < best:
-                best, matched = rank, text[:length]
-        if self._has_keywords:
+        if self._best_prefix < best:
+            for length in self._prefix_lengths:
+                if length > len(text):
+                    break
+                rank = self._prefix.get(text[:length])
+                if rank is not None and rank < best:
+                    best, matched = rank, text[:length]
+        if self._best_keyword < best:
             for end, (rank, phrase) in self._keywords.iter(text):
                 if rank < best and _whole_words(text, end + 1 - len(phrase), end + 1):
                     best, matched = rank, phrase
-        for rank, regex in self._regex_candidates(text, best):
-            found = regex.search(text)
-            if found:
-                best, matched = rank, found.group(0)
-                break
+        if self._best_regex < best:
+            for rank, regex in self._regex_candidates(text, best):
+                found = regex.search(text)
+                if found:
+                    best, matched = rank, found.group(0)
+                    break
         if best == _NO_MATCH:
             return None
         return Match(self.rules[best], matched)
-
 
     def _regex_candidates(self, text: str, below: int) -> list[tuple[int, re.Pattern[str]]]:
         """Regexes that may match ``text`` and rank above ``below``, best rank first."""
