@@ -59,7 +59,8 @@ class Wire:
 
     def __init__(self, redis: Redis, *, held: bool = False) -> None:
         self._pool: ConnectionPool = redis.connection_pool
-        self._held: Any = self._pool.get_connection() if held else None  # redis-py leaves its methods untyped
+        self._hold = held
+        self._held: Any = None  # taken at the first exchange; redis-py leaves a connection's methods untyped
 
     @contextmanager
     def exchange(self, commands: Sequence[Command]) -> Iterator[Replies]:
@@ -70,6 +71,8 @@ class Wire:
         such as a blocking pop, must not answer the connection's next user.
         """
         connection: Any = self._held if self._held is not None else self._pool.get_connection()
+        if self._hold:
+            self._held = connection
         replies = Replies(connection, len(commands))
         try:
             connection.send_packed_command(connection.pack_commands(commands))
@@ -77,7 +80,7 @@ class Wire:
         finally:
             if replies.unread:
                 connection.disconnect()
-            if self._held is None:
+            if not self._hold:
                 self._pool.release(connection)
 
     def call(self, *command: EncodableT) -> Any:
