@@ -121,6 +121,18 @@ def test_a_result_is_written_once(settings: Settings, redis: Redis) -> None:
     assert redis.llen("laya:done:x") == 1
 
 
+def test_commits_go_on_when_the_server_has_forgotten_the_script(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    client = Client(redis)
+    first = client.submit("hello")
+    pump(router)
+    redis.script_flush()  # as after a restart: the script cache is not persisted
+    second = client.submit("hello")
+    pump(router)
+    assert [client.result(i).route for i in (first, second)] == ["rule:greeting"] * 2  # type: ignore[union-attr]
+    assert redis.xlen("laya:ingress") == 0 and redis.xpending("laya:ingress", "routers")["pending"] == 0
+
+
 def test_reload_swaps_rules_and_a_bad_file_keeps_the_old_ones(settings: Settings, redis: Redis,
                                                               tmp_path: Path) -> None:
     routes = tmp_path / "routes.toml"

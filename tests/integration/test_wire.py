@@ -10,7 +10,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from laya.wire import Wire
-from tests.conftest import Server
+
+from ..conftest import Server
 
 
 def test_replies_come_in_order_and_an_error_reply_loses_no_other(redis: Redis) -> None:
