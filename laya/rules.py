@@ -114,9 +114,8 @@ class RuleSet:
         # The best rank each kind can give: a kind that cannot beat the match so far is skipped.
         self._best_prefix = min(self._prefix.values(), default=_NO_MATCH)
         self._best_keyword = min((rank for rank, _ in self._keywords.values()), default=_NO_MATCH)
-        self._best_regex = min((rank for rank, _ in self._regex_always), default=_NO_MATCH)
-        for regexes in self._regex_by_literal.values():
-            self._best_regex = min(self._best_regex, *(rank for rank, _ in regexes))
+        regexes = [*self._regex_always, *(item for items in self._regex_by_literal.values() for item in items)]
+        self._best_regex = min((rank for rank, _ in regexes), default=_NO_MATCH)
         if self._best_keyword != _NO_MATCH:
             self._keywords.make_automaton()
         self._literals = ahocorasick.Automaton()

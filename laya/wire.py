@@ -9,7 +9,7 @@ loop and ``Client.ask`` put two or three commands on the path between a submit
 and its answer, so they send them here: raw replies (lists and bytes, as
 hiredis parses them), several commands in one write, replies read in order.
 
-Connection errors are left to the caller, as with redis-py: the connection is
+A connection error is raised to the caller, with no retry: the connection is
 closed, and the next exchange reconnects.
 """
 
