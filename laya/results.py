@@ -62,7 +62,6 @@ class ResultStore:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s
-        self.wire = Wire(redis)
 
     def wake_key(self, request_id: str, reply_to: str | None) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.done(request_id)
@@ -80,19 +79,22 @@ class ResultStore:
     def commit(self, answers: list[Answer], *, group: str, entry_ids: list[str], wire: Wire | None = None) -> int:
         """Write ``answers`` and acknowledge and delete ``entry_ids`` in one atomic call.
 
-        ``wire``: a connection the caller holds (the router's commit loop); by
-        default one is taken from the pool for the call.
+        ``wire``: a connection the caller holds (the router's commit loop).
         """
         keys, args = self._keys_and_args(answers, (group, entry_ids))
-        return self._run(wire or self.wire, keys, args)
+        return self._run(keys, args, wire)
 
-    @staticmethod
-    def _run(wire: Wire, keys: list[str], args: list[bytes | str | int]) -> int:
-        """The commit script by its digest; in full when the server does not have it (after a restart)."""
+    def _run(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> int:
+        """The commit script by its digest, in full when the server does not have it (after a restart).
+
+        On ``wire`` when given; otherwise through redis-py, whose retries ride
+        out a dropped connection (the script is safe to run twice).
+        """
+        call = wire.call if wire is not None else self.redis.execute_command
         try:
-            return int(wire.call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
+            return int(call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
         except NoScriptError:
-            return int(wire.call("EVAL", _COMMIT, len(keys), *keys, *args))
+            return int(call("EVAL", _COMMIT, len(keys), *keys, *args))
 
     def queue_commit(self, pipe: Pipeline, answers: list[Answer], *, group: str, entry_ids: list[str]) -> None:
         """The same as :meth:`commit`, added to ``pipe`` (a MULTI that also enqueues RQ jobs).
@@ -106,7 +108,7 @@ class ResultStore:
     def write(self, result: Result, reply_to: str | None) -> bool:
         """Write now; ``False`` if this id already had a result (which stays)."""
         keys, args = self._keys_and_args([(result.id, encode_result(result), reply_to)], None)
-        return bool(self._run(self.wire, keys, args))
+        return bool(self._run(keys, args, None))
 
     def get(self, request_id: str) -> Result | None:
         data = self.redis.get(self.keys.result(request_id))
