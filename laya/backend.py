@@ -11,8 +11,9 @@ by their message.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -57,30 +58,42 @@ class LLMBackend(Protocol):
 
 
 class LlamaBackend:
-    """A GGUF model loaded once through llama-cpp-python."""
+    """A GGUF model loaded once through llama-cpp-python.
 
-    def __init__(self, settings: Settings, *, n_ctx: int | None = None) -> None:
+    ``extra_buffers`` says whether llama.cpp may put quantised CPU weights in its extra buffer
+    types (AMX, repacked); ``None`` decides from ``model.cpu_extra_buffers`` and this CPU, as the
+    planner does (:func:`laya.planner.extra_buffers`).
+    """
+
+    def __init__(self, settings: Settings, *, n_ctx: int | None = None, extra_buffers: bool | None = None) -> None:
         import llama_cpp  # heavy native import; only GPU workers pay for it
 
         model = settings.model
         if model.path is None:
             raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
+        if extra_buffers is None:
+            from laya.machine import Machine, cpu_flags
+            from laya.planner import extra_buffers as decide
+
+            extra_buffers = decide(model.cpu_extra_buffers, Machine(0, 0, cpu_flags=cpu_flags())).enabled
+        self.extra_buffers = extra_buffers
         kv = GGML_KV_TYPE[settings.memory.kv_cache_policy]
         self.name = model.name
         self.path = model.path
         try:
-            self.llm: Llama = llama_cpp.Llama(
-                model_path=str(model.path),
-                n_ctx=n_ctx or settings.runtime.max_seq_len,
-                n_batch=settings.runtime.n_batch,
-                n_ubatch=min(settings.runtime.n_batch, 512),
-                n_gpu_layers=model.n_gpu_layers,
-                n_threads=model.n_threads,
-                type_k=kv,
-                type_v=kv,
-                flash_attn=kv != GGML_KV_TYPE["f16"],  # llama.cpp needs it for a quantised V cache
-                verbose=False,
-            )
+            with _model_params(use_extra_bufts=extra_buffers):
+                self.llm: Llama = llama_cpp.Llama(
+                    model_path=str(model.path),
+                    n_ctx=n_ctx or settings.runtime.max_seq_len,
+                    n_batch=settings.runtime.n_batch,
+                    n_ubatch=min(settings.runtime.n_batch, 512),
+                    n_gpu_layers=model.n_gpu_layers,
+                    n_threads=model.n_threads,
+                    type_k=kv,
+                    type_v=kv,
+                    flash_attn=kv != GGML_KV_TYPE["f16"],  # llama.cpp needs it for a quantised V cache
+                    verbose=False,
+                )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelLoadError(f"llama.cpp could not load {model.path}: {exc}") from None
         self.n_ctx = self.llm.n_ctx()
@@ -195,6 +208,36 @@ class LlamaBackend:
                     "runtime.job_timeout_s or send a shorter prompt")
             llm.eval(tokens[start:min(start + llm.n_batch, len(tokens) - 1)])
             on_token(0)
+
+
+@contextlib.contextmanager
+def _model_params(**fields: object) -> Iterator[None]:
+    """Set fields of ``llama_model_params`` that ``Llama()`` has no argument for, while it loads.
+
+    ``Llama.__init__`` starts from ``llama_model_default_params()`` and sets only the fields it
+    knows; wrapping that function for the duration of the call is the one place to set the others.
+    A field this llama-cpp-python build does not have is an error, not a silent no-op.
+    """
+    import llama_cpp.llama_cpp as native
+
+    known = {name for name, *_ in native.llama_model_params._fields_}
+    missing = sorted(set(fields) - known)
+    if missing:
+        raise ModelLoadError(f"this llama-cpp-python has no model parameter {', '.join(missing)}; upgrade it "
+                             "(pip install -U llama-cpp-python) or set model.cpu_extra_buffers = \"on\"")
+    defaults = native.llama_model_default_params
+
+    def patched() -> object:
+        params = defaults()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    native.llama_model_default_params = patched
+    try:
+        yield
+    finally:
+        native.llama_model_default_params = defaults
 
 
 def _common_prefix(have: np.ndarray, want: list[int]) -> int:

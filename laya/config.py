@@ -81,6 +81,11 @@ class ModelConfig(BaseModel):
         -1, ge=-1, le=1000, description="Layers on the GPU; -1 = all. Ignored by a CPU-only build."
     )
     n_threads: int | None = Field(None, ge=1, le=512, description="CPU threads; unset = llama.cpp's choice.")
+    cpu_extra_buffers: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="llama.cpp's CPU extra buffer types (AMX, repacked weights) for quantised weights on the "
+        "CPU. auto: off on CPUs with AMX, whose llama.cpp kernels crash on quantised models; on elsewhere.",
+    )
 
 
 class RuntimeConfig(BaseModel):

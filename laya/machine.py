@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["Gpu", "Machine", "detect_machine", "parse_size"]
+__all__ = ["Gpu", "Machine", "cpu_flags", "detect_machine", "parse_size"]
 
 log = logging.getLogger("laya.machine")
 
@@ -40,6 +40,12 @@ class Machine:
     ram_available: int
     gpus: tuple[Gpu, ...] = field(default=())
     source: str = "detected"
+    cpu_flags: frozenset[str] = field(default=frozenset())
+    """The CPU's feature flags (``/proc/cpuinfo``): which of llama.cpp's CPU kernels can run."""
+
+    @property
+    def has_amx(self) -> bool:
+        return "amx_int8" in self.cpu_flags or "amx_tile" in self.cpu_flags
 
     def with_overrides(self, *, ram: int | None = None, vram: int | None = None) -> Machine:
         """Plan for another machine: a given size counts as entirely free."""
@@ -47,7 +53,7 @@ class Machine:
         if vram is not None:
             gpus = (Gpu("given", vram, vram),) if vram > 0 else ()
         return Machine(ram_total=ram or self.ram_total, ram_available=ram or self.ram_available, gpus=gpus,
-                       source="given" if ram or vram is not None else self.source)
+                       source="given" if ram or vram is not None else self.source, cpu_flags=self.cpu_flags)
 
 
 def _ram() -> tuple[int, int]:
@@ -80,6 +86,19 @@ def _nvidia_gpus() -> tuple[Gpu, ...]:
     return tuple(gpus)
 
 
+def cpu_flags() -> frozenset[str]:
+    """Feature flags of the first CPU in ``/proc/cpuinfo`` (x86 ``flags``, Arm ``Features``)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
 def detect_machine() -> Machine:
     total, available = _ram()
-    return Machine(ram_total=total, ram_available=available, gpus=_nvidia_gpus())
+    return Machine(ram_total=total, ram_available=available, gpus=_nvidia_gpus(), cpu_flags=cpu_flags())

@@ -19,6 +19,14 @@ against a budget of ``memory.budget_fraction`` of what is free, and gives a verd
 
 It never moves layers to the CPU unless the configuration asks for it
 (``offload_policy = "explicit"`` with ``n_gpu_layers``).
+
+On the CPU, llama.cpp can keep a second, rearranged copy of quantised matrix
+weights in "extra buffer types" (repacked for AVX2/AVX-512 kernels, or converted
+for AMX): faster matrix products, but the file's pages stay mapped as well, so
+the plan counts that copy. Its AMX kernels crash on quantised models on the
+Xeons we run on (llama.cpp issue #20824), so ``model.cpu_extra_buffers = "auto"``
+turns extra buffers off on CPUs with AMX; :func:`extra_buffers` decides, and the
+plan says what it decided and why.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ from laya.modelfile import ModelInfo
 if TYPE_CHECKING:
     from laya.config import Settings
 
-__all__ = ["Plan", "PlanInput", "compute_bytes", "kv_cache_bytes", "make_plan", "padded_ctx", "plan_input",
+__all__ = ["ExtraBuffers", "Plan", "PlanInput", "compute_bytes", "extra_buffers", "kv_cache_bytes", "make_plan", "padded_ctx", "plan_input",
            "recommend_quant"]
 
 CTX_PAD = 256
@@ -54,6 +62,51 @@ CPU_TO_GPU_BANDWIDTH = 0.1
 """Decode speed follows memory bandwidth; a desktop CPU reads weights about 10x slower than its GPU."""
 
 
+REPACK_TYPES = frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"})
+"""Quantisations llama.cpp repacks for AVX2 CPUs (``ggml_repack_get_optimal_repack_type``); AVX-512 adds Q2_K."""
+AMX_TYPES = frozenset({"Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"})
+"""Quantisations llama.cpp's AMX buffer type converts (``qtype_has_amx_kernels``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraBuffers:
+    """Whether llama.cpp may use its CPU extra buffer types, and why."""
+
+    enabled: bool
+    reason: str
+
+    def describe(self) -> str:
+        return f"CPU extra buffers {'on' if self.enabled else 'off'} ({self.reason})"
+
+
+def extra_buffers(setting: str, machine: Machine) -> ExtraBuffers:
+    """Resolve ``model.cpu_extra_buffers`` (auto, on, off) for this machine's CPU."""
+    if setting == "on":
+        return ExtraBuffers(True, "model.cpu_extra_buffers = \"on\"")
+    if setting == "off":
+        return ExtraBuffers(False, "model.cpu_extra_buffers = \"off\"")
+    if machine.has_amx:
+        return ExtraBuffers(False, "auto: this CPU has AMX, and llama.cpp's AMX kernels crash on quantised "
+                                   "weights (llama.cpp #20824)")
+    return ExtraBuffers(True, "auto: no AMX on this CPU; repacked weights speed up Q4_0/Q4_K matrix products")
+
+
+def repacked_bytes(model: ModelInfo, machine: Machine, cpu_layers: range, output_on_cpu: bool) -> int:
+    """Size of the copy llama.cpp makes of the CPU's matrix weights in its extra buffer types."""
+    types = set(REPACK_TYPES)
+    if "avx512f" in machine.cpu_flags:
+        types.add("Q2_K")
+    if machine.has_amx:
+        types |= AMX_TYPES
+    total = 0
+    for tensor in model.tensors:
+        on_cpu = tensor.layer in cpu_layers if tensor.layer is not None else (
+            output_on_cpu and tensor.name == "output.weight")
+        if on_cpu and len(tensor.shape) == 2 and tensor.name.endswith(".weight") and tensor.type_name in types:
+            total += tensor.nbytes
+    return total
+
+
 def padded_ctx(ctx: int) -> int:
     return max(CTX_PAD, math.ceil(ctx / CTX_PAD) * CTX_PAD)
 
@@ -72,13 +125,19 @@ def kv_cache_bytes(model: ModelInfo, ctx: int, n_seq: int, kv_type: str,
 
 def compute_bytes(model: ModelInfo, ctx: int, *, n_ubatch: int = 512, flash_attn: bool = False,
                   cpu: bool = False) -> int:
-    """Estimate of llama.cpp's compute buffer: logits and activations for one micro-batch, plus the
-    attention scores (f32) and mask over the whole context unless flash attention tiles them. On the
-    CPU backend the scores are also converted to f16 in a separate work buffer."""
-    per_token = 4 * (model.n_vocab + 2 * model.n_embd + model.n_ff + 3 * model.n_head * model.key_length)
+    """Estimate of llama.cpp's compute buffer: activations for one micro-batch, the logits, and the
+    attention scores (f32) and mask over the whole context unless flash attention tiles them.
+
+    A GPU reserves the whole buffer, sized for logits of every token of a micro-batch. On the CPU
+    only the pages a graph touches become resident, and Laya asks for the logits of the last
+    token only, so the CPU plan counts one row of logits; the CPU backend also converts the
+    scores to f16 in a separate work buffer.
+    """
+    per_token = 4 * (2 * model.n_embd + model.n_ff + 3 * model.n_head * model.key_length)
     if not flash_attn:
         per_token += (4 * (model.n_head + 1) + (2 * model.n_head if cpu else 0)) * padded_ctx(ctx)
-    return n_ubatch * per_token
+    logits = 4 * model.n_vocab * (1 if cpu else n_ubatch)
+    return n_ubatch * per_token + logits
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +150,7 @@ class PlanInput:
     budget_fraction: float = 0.85
     margin: int = 256 * MiB
     n_ubatch: int = 512
+    cpu_extra_buffers: Literal["auto", "on", "off"] = "auto"
 
 
 @dataclass
@@ -103,6 +163,8 @@ class DeviceUse:
     margin: int
     budget: int
     free: int
+    repacked: int = 0
+    """Part of ``weights``: llama.cpp's extra-buffer copy of quantised weights (CPU only)."""
 
     @property
     def total(self) -> int:
@@ -128,6 +190,7 @@ class Plan:
     requested: PlanInput
     planned: PlanInput
     devices: list[DeviceUse]
+    extra_buffers: ExtraBuffers
     reasons: list[str] = field(default_factory=list)
     options: list[Option] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -162,6 +225,11 @@ class Plan:
             rows.append(f"{d.device:<8}{mib(d.weights):>10}{mib(d.kv_cache):>10}{mib(d.compute):>10}"
                         f"{mib(d.runtime):>10}{mib(d.margin):>9}{mib(d.total):>10}{mib(d.budget):>10}  "
                         f"{'yes' if d.fits else 'NO'}")
+        rows.append("")
+        rows.append(self.extra_buffers.describe())
+        repacked = sum(d.repacked for d in self.devices)
+        if repacked:
+            rows.append(f"  cpu weights include {mib(repacked)} MiB repacked by llama.cpp beside the mapped file")
         verdict = self.verdict.upper()
         if self.verdict == "shrink":
             verdict += f": max_seq_len {self.requested.ctx} → {self.planned.ctx}"
@@ -195,6 +263,10 @@ def _usage(model: ModelInfo, machine: Machine, inp: PlanInput) -> list[DeviceUse
         cpu_weights += 0 if on_gpu else nbytes
     if output_on_gpu and "output.weight" not in top:  # tied embeddings: llama.cpp copies them to the GPU
         gpu_weights += top.get("token_embd.weight", 0)
+    repacked = 0
+    if extra_buffers(inp.cpu_extra_buffers, machine).enabled:
+        repacked = repacked_bytes(model, machine, range(first_gpu_layer), output_on_cpu=not output_on_gpu)
+    cpu_weights += repacked
     cpu_kv = sum(kv_cache_bytes(model, inp.ctx, inp.n_seq, inp.kv_type, range(first_gpu_layer)))
     gpu_kv = sum(kv_cache_bytes(model, inp.ctx, inp.n_seq, inp.kv_type, range(first_gpu_layer, model.n_layer)))
     compute = compute_bytes(model, inp.ctx, n_ubatch=inp.n_ubatch, flash_attn=flash, cpu=gpu is None)
@@ -202,13 +274,13 @@ def _usage(model: ModelInfo, machine: Machine, inp: PlanInput) -> list[DeviceUse
     ram_budget = int(machine.ram_available * inp.budget_fraction)
     if gpu is None:
         return [DeviceUse("cpu", cpu_weights, cpu_kv, compute + output_buffer, RAM_RUNTIME, inp.margin,
-                          ram_budget, machine.ram_available)]
+                          ram_budget, machine.ram_available, repacked)]
     host_compute = inp.n_ubatch * model.n_embd * 4 * 2 + output_buffer
     return [
         DeviceUse("gpu", gpu_weights, gpu_kv, compute, GPU_RUNTIME, inp.margin,
                   int(gpu.free * inp.budget_fraction), gpu.free),
         DeviceUse("cpu", cpu_weights, cpu_kv, host_compute, RAM_RUNTIME, inp.margin, ram_budget,
-                  machine.ram_available),
+                  machine.ram_available, repacked),
     ]
 
 
@@ -292,7 +364,7 @@ def make_plan(model: ModelInfo, machine: Machine, inp: PlanInput) -> Plan:
     if not machine.gpus:
         machine_text += ", no GPU (CPU plan)"
     plan = Plan("fits", str(model.name or model.path.name), model.file_type, f"{machine_text} ({machine.source})",
-                inp, inp, _usage(model, machine, inp))
+                inp, inp, _usage(model, machine, inp), extra_buffers(inp.cpu_extra_buffers, machine))
     if model.truncated:
         plan.warnings.append(f"{model.path} is {model.file_size / MiB:,.0f} MiB but its tensors need "
                              f"{model.weights_bytes / MiB:,.0f} MiB: a truncated download? llama.cpp will not load it")
@@ -359,4 +431,5 @@ def plan_input(settings: Settings, *, ctx: int | None = None, n_seq: int | None 
         budget_fraction=settings.memory.budget_fraction,
         margin=settings.memory.margin_mib * MiB,
         n_ubatch=min(settings.runtime.n_batch, 512),
+        cpu_extra_buffers=settings.model.cpu_extra_buffers,
     )

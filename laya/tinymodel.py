@@ -34,7 +34,7 @@ import numpy as np
 if TYPE_CHECKING:
     import gguf
 
-__all__ = ["TinyModelSpec", "expected_completion", "write_tiny_model"]
+__all__ = ["TinyModelSpec", "expected_completion", "next_token_table", "vocabulary", "write_tiny_model"]
 
 N_SPECIAL = 3  # <unk> <s> </s>
 VOCAB = N_SPECIAL + 256
@@ -65,7 +65,7 @@ def _byte_token(byte: int) -> int:
     return N_SPECIAL + byte
 
 
-def _next_token_table(stops: bool) -> np.ndarray:
+def next_token_table(stops: bool) -> np.ndarray:
     table = np.full(VOCAB, _byte_token(ord("a")), dtype=np.int64)
     letters = string.ascii_lowercase
     for a, b in itertools.pairwise(letters):
@@ -107,7 +107,7 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
     writer.add_block_count(spec.n_layer)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.dtype == "f16" else gguf.LlamaFileType.ALL_F32)
-    _add_vocabulary(writer, spec)
+    vocabulary(writer, chat_template=spec.chat_template)
     _add_lookup_table(writer, spec, ftype)
     if spec.arch == "mamba":
         _add_mamba_layers(writer, spec, ftype, small)
@@ -120,21 +120,24 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
     return path
 
 
-def _add_vocabulary(writer: gguf.GGUFWriter, spec: TinyModelSpec) -> None:
+def vocabulary(writer: gguf.GGUFWriter, *, n_vocab: int = VOCAB, chat_template: str | None = None) -> None:
+    """``<unk> <s> </s>``, the 256 byte tokens, then unused fillers up to ``n_vocab`` (a real model's size)."""
     import gguf
 
     tokens = [b"<unk>", b"<s>", b"</s>"] + [f"<0x{b:02X}>".encode() for b in range(256)]
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL] + [gguf.TokenType.BYTE] * 256
+    tokens += [f"<unused{i}>".encode() for i in range(n_vocab - VOCAB)]
+    types += [gguf.TokenType.UNUSED] * (n_vocab - VOCAB)
     writer.add_tokenizer_model("llama")
     writer.add_token_list(tokens)
-    writer.add_token_scores([0.0] * VOCAB)
+    writer.add_token_scores([0.0] * n_vocab)
     writer.add_token_types(types)
     writer.add_bos_token_id(1)
     writer.add_eos_token_id(EOS)
     writer.add_unk_token_id(0)
     writer.add_add_bos_token(True)
-    if spec.chat_template is not None:
-        writer.add_chat_template(spec.chat_template)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
 
 
 def _add_lookup_table(writer: gguf.GGUFWriter, spec: TinyModelSpec, ftype: type) -> None:
@@ -142,7 +145,7 @@ def _add_lookup_table(writer: gguf.GGUFWriter, spec: TinyModelSpec, ftype: type)
     embedding = np.zeros((VOCAB, spec.dim), dtype=np.float32)
     embedding[np.arange(VOCAB), np.arange(VOCAB)] = 1.0
     output = np.zeros((VOCAB, spec.dim), dtype=np.float32)
-    output[_next_token_table(spec.stops), np.arange(VOCAB)] = _LOGIT
+    output[next_token_table(spec.stops), np.arange(VOCAB)] = _LOGIT
     writer.add_tensor("token_embd.weight", embedding.astype(ftype))
     writer.add_tensor("output_norm.weight", np.ones(spec.dim, dtype=np.float32))
     writer.add_tensor("output.weight", output.astype(ftype))

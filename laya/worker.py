@@ -37,7 +37,7 @@ from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya
 from laya.keys import Keys
 from laya.machine import MiB, detect_machine
 from laya.modelfile import read_model_info
-from laya.planner import Plan, make_plan, plan_input
+from laya.planner import Plan, extra_buffers, make_plan, plan_input
 from laya.results import ResultStore
 
 if TYPE_CHECKING:
@@ -203,7 +203,9 @@ def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBacken
         if not force:
             raise UnplannableModel(f"{exc.message} (start with --force to load it without a memory plan)") from None
         log.warning("no memory plan (%s); loading anyway because of --force", exc.message)
-        return LlamaBackend(settings), None
+        buffers = extra_buffers(settings.model.cpu_extra_buffers, machine)
+        log.info("%s", buffers.describe())
+        return LlamaBackend(settings, extra_buffers=buffers.enabled), None
     plan = make_plan(info, machine, plan_input(settings))
     for line in plan.table().splitlines():
         log.info("plan: %s", line)
@@ -217,10 +219,10 @@ def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBacken
         n_ctx = plan.planned.ctx
         log.warning("max_seq_len %d does not fit this machine: using %d tokens", settings.runtime.max_seq_len, n_ctx)
     started = time.monotonic()
-    backend = LlamaBackend(settings, n_ctx=n_ctx)
-    log.info("model %s loaded from %s in %.2f s (n_ctx %d); resident memory %.0f MiB, planned %.0f MiB",
+    backend = LlamaBackend(settings, n_ctx=n_ctx, extra_buffers=plan.extra_buffers.enabled)
+    log.info("model %s loaded from %s in %.2f s (n_ctx %d, %s); resident memory %.0f MiB, planned %.0f MiB",
              settings.model.name, settings.model.path, time.monotonic() - started, backend.n_ctx,
-             resident_bytes() / MiB, plan.ram_predicted / MiB)
+             plan.extra_buffers.describe(), resident_bytes() / MiB, plan.ram_predicted / MiB)
     return backend, plan
 
 
@@ -288,4 +290,5 @@ def _write_worker_stats(redis: Redis, key: str, name: str, settings: Settings, n
         "model": settings.model.name, "verdict": plan.verdict, "n_ctx": n_ctx,
         "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
         "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
+        "cpu_extra_buffers": plan.extra_buffers.enabled,
     }))

@@ -93,7 +93,7 @@ def test_too_small_a_gpu_is_refused_with_smaller_quant_and_offload_options(heade
 
 def test_cpu_plan_when_there_is_no_gpu(headers: dict[str, Path]) -> None:
     model = read_model_info(headers["Qwen2.5-7B-Instruct"])
-    plan = make_plan(model, Machine(32 * GiB, 32 * GiB), PlanInput())
+    plan = make_plan(model, Machine(32 * GiB, 32 * GiB), PlanInput(cpu_extra_buffers="off"))
     assert [d.device for d in plan.devices] == ["cpu"] and plan.verdict == "fits"
     assert plan.devices[0].weights == model.weights_bytes
     small = make_plan(model, Machine(4 * GiB, 4 * GiB), PlanInput())
@@ -195,3 +195,40 @@ def test_laya_init_writes_a_config_that_loads(tmp_path: Path, headers: dict[str,
     again = subprocess.run([sys.executable, "-m", "laya", "init", "-o", str(out)], capture_output=True, text=True,
                            check=False)
     assert again.returncode == 2 and "exists" in again.stderr
+
+
+AMX_CPU = frozenset({"avx2", "avx512f", "amx_tile", "amx_int8"})
+ZEN4_CPU = frozenset({"avx2", "avx512f"})
+
+
+@pytest.mark.parametrize(("setting", "flags", "enabled", "why"), [
+    ("auto", AMX_CPU, False, "AMX"),
+    ("auto", ZEN4_CPU, True, "no AMX"),
+    ("on", AMX_CPU, True, '"on"'),
+    ("off", ZEN4_CPU, False, '"off"'),
+])
+def test_extra_buffers_are_off_on_amx_cpus_unless_asked_for(headers: dict[str, Path], setting: str,
+                                                           flags: frozenset[str], enabled: bool, why: str) -> None:
+    model = read_model_info(headers["Qwen2.5-7B-Instruct"])
+    machine = Machine(32 * GiB, 32 * GiB, cpu_flags=flags)
+    plan = make_plan(model, machine, PlanInput(cpu_extra_buffers=setting))  # type: ignore[arg-type]
+    assert plan.extra_buffers.enabled is enabled and why in plan.extra_buffers.reason
+    assert f"CPU extra buffers {'on' if enabled else 'off'}" in plan.table()
+
+
+def test_the_repacked_copy_is_planned_for_the_types_the_cpu_repacks(headers: dict[str, Path]) -> None:
+    """Q4_K_M is Q4_K with some Q6_K: an AVX2 CPU repacks the Q4_K matrices, AMX converts both."""
+    model = read_model_info(headers["Qwen2.5-7B-Instruct"])
+    layer_matrices = [t for t in model.tensors if t.layer is not None and len(t.shape) == 2]
+    q4k = sum(t.nbytes for t in layer_matrices if t.type_name == "Q4_K")
+    q6k = sum(t.nbytes for t in layer_matrices + [t for t in model.tensors if t.name == "output.weight"]
+              if t.type_name == "Q6_K")
+    assert q4k and q6k
+    cpu = make_plan(model, Machine(64 * GiB, 64 * GiB, cpu_flags=ZEN4_CPU), PlanInput(cpu_extra_buffers="on"))
+    assert cpu.devices[0].repacked == q4k
+    assert cpu.devices[0].weights == model.weights_bytes + q4k
+    amx = make_plan(model, Machine(64 * GiB, 64 * GiB, cpu_flags=AMX_CPU), PlanInput(cpu_extra_buffers="on"))
+    assert amx.devices[0].repacked == q4k + q6k
+    # All layers on a GPU: nothing is left on the CPU to repack (token embeddings are looked up, not multiplied).
+    gpu = make_plan(model, SEED_DESKTOP, PlanInput(cpu_extra_buffers="on"))
+    assert all(d.repacked == 0 for d in gpu.devices)
