@@ -5,6 +5,16 @@ hits and rule matches in microseconds and queues the rest as RQ jobs for one
 single-concurrency GPU worker per GPU running llama-cpp-python.
 """
 
+import sys as _sys
+
+if _sys.argv[1:2] == ["worker"]:  # `laya worker`, `python -m laya worker`: before numpy and pydantic load
+    # With a CUDA build of llama-cpp-python 0.3.36, a process that had loaded numpy and pydantic
+    # before llama.cpp's libraries crashed (SIGSEGV) inside llama_model::print_info() while loading
+    # every model, whatever the verbosity or the CPU extra buffers; the same load with llama_cpp
+    # imported first never crashed (bench/results/load_probe_cuda.md). The root cause in the
+    # native libraries is not found yet; loading llama.cpp first is what a worker can do today.
+    import llama_cpp  # noqa: F401
+
 from laya.client import Client
 from laya.config import Settings, load_settings
 from laya.errors import LayaError

@@ -8,6 +8,11 @@ A request is *accepted* once its XADD to the ingress stream returns; from then
 on it ends in exactly one result record. :meth:`Client.wait` blocks on the
 request's own wake-up list; :meth:`Client.wait_many` on a reply channel shared
 by many requests, so a batch of thousands waits with one BLPOP at a time.
+
+Every method raises :class:`~laya.errors.ConnectionLost` (a ``LayaError``)
+when the server goes away during the call, never redis-py's own errors: the
+message names the server without its password, and, for a request that may
+have been accepted, how to fetch its answer later.
 """
 
 from __future__ import annotations
@@ -15,15 +20,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 from pydantic import ValidationError
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
 from laya.codec import FIELD, decode_result, encode_request
-from laya.errors import InvalidRequest
+from laya.connection import open_redis, server_url
+from laya.errors import ConnectionLost, InvalidRequest
 from laya.keys import Keys
 from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
@@ -41,8 +50,6 @@ class Client:
 
     @classmethod
     def from_url(cls, url: str, *, prefix: str = "laya") -> Client:
-        from laya.connection import open_redis
-
         return cls(open_redis(url), prefix=prefix)
 
     # -- submit --------------------------------------------------------------
@@ -53,7 +60,8 @@ class Client:
         return self.submit_request(_validate(prompt, messages, params))
 
     def submit_request(self, request: Request) -> str:
-        self.redis.xadd(self.keys.ingress, _entry(request))
+        with self._boundary(f"submitting request {request.id}", request.id, submitting=True):
+            self.redis.xadd(self.keys.ingress, _entry(request))
         return request.id
 
     def submit_many(self, payloads: Iterable[dict[str, Any]], *, reply_to: str | None = None,
@@ -65,38 +73,47 @@ class Client:
         """
         ids: list[str] = []
         pipe = self.redis.pipeline(transaction=False)
-        for payload in payloads:
-            body = dict(payload)
-            body.setdefault("id", new_request_id())
-            body.setdefault("submitted_at", time.time())
-            if reply_to is not None:
-                body["reply_to"] = reply_to
-            pipe.xadd(self.keys.ingress, {FIELD: orjson.dumps(body)})
-            ids.append(str(body["id"]))
-            if len(pipe) >= chunk:
+        with self._boundary("submitting requests"):
+            for payload in payloads:
+                body = dict(payload)
+                body.setdefault("id", new_request_id())
+                body.setdefault("submitted_at", time.time())
+                if reply_to is not None:
+                    body["reply_to"] = reply_to
+                pipe.xadd(self.keys.ingress, {FIELD: orjson.dumps(body)})
+                ids.append(str(body["id"]))
+                if len(pipe) >= chunk:
+                    pipe.execute()
+            if len(pipe):
                 pipe.execute()
-        if len(pipe):
-            pipe.execute()
         return ids
 
     def submit_raw(self, fields: dict[bytes | str, bytes | str]) -> str:
         """XADD an entry exactly as given (tests, fuzzing); returns the stream entry id."""
-        entry_id = self.redis.xadd(self.keys.ingress, fields)  # type: ignore[arg-type]
+        with self._boundary("submitting an entry"):
+            entry_id = self.redis.xadd(self.keys.ingress, fields)  # type: ignore[arg-type]
         return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     # -- results -------------------------------------------------------------
 
     def result(self, request_id: str) -> Result | None:
-        return self.results.get(request_id)
+        with self._boundary(f"reading the result of request {request_id}"):
+            return self.results.get(request_id)
+
+    def result_many(self, request_ids: list[str]) -> list[Result | None]:
+        """The result records of ``request_ids``, in order (None where there is none yet)."""
+        with self._boundary(f"reading the results of {len(request_ids)} requests"):
+            return self.results.get_many(request_ids)
 
     def wait(self, request_id: str, *, timeout: float = 60.0) -> Result:
         """Block until the result of ``request_id`` exists; ``TimeoutError`` after ``timeout`` s."""
-        found = self.results.get(request_id)
-        if found is not None:
-            return found
-        if timeout <= 0:  # BLPOP would read 0 as "wait forever"
-            raise TimeoutError(f"no result for {request_id} yet")
-        return self._block_for(request_id, timeout)
+        with self._boundary(f"waiting for request {request_id}", request_id):
+            found = self.results.get(request_id)
+            if found is not None:
+                return found
+            if timeout <= 0:  # BLPOP would read 0 as "wait forever"
+                raise TimeoutError(f"no result for {request_id} yet")
+            return self._block_for(request_id, timeout)
 
     def _block_for(self, request_id: str, timeout: float) -> Result:
         """BLPOP the request's wake-up list; read the record if the wake-up was missed."""
@@ -124,7 +141,8 @@ class Client:
         blocking = timeout > 0  # BLPOP would read 0 as "wait forever": no wait at all instead
         found = self._submit_then_wait(request, timeout if blocking else None, check_existing="id" in params)
         if found is None and blocking:
-            found = self.results.get(request.id)  # the wake-up was missed (a result written twice)
+            with self._boundary(f"waiting for request {request.id}", request.id):
+                found = self.results.get(request.id)  # the wake-up was missed (a result written twice)
         if found is None:
             raise TimeoutError(f"no result for {request.id} " + (f"within {timeout:g} s" if blocking else "yet"))
         return found
@@ -134,20 +152,24 @@ class Client:
 
         When the call ends before the BLPOP's reply was read (the XADD was
         refused, the GET found the answer, an interrupt), the server still holds
-        that BLPOP, so the exchange closes the connection.
+        that BLPOP, so the exchange closes the connection. A connection that
+        fails before the XADD's reply leaves it unknown whether the request was
+        accepted, and its error says so.
         """
         commands: list[tuple[EncodableT, ...]] = [("XADD", self.keys.ingress, "*", FIELD, _entry(request)[FIELD])]
         if check_existing:
             commands.append(("GET", self.keys.result(request.id)))
         if timeout is not None:
             commands.append(("BLPOP", self.keys.done(request.id), timeout))
-        with self.wire.exchange(commands) as replies:
+        with (self._boundary(f"submitting request {request.id}", request.id, submitting=True),
+              self.wire.exchange(commands) as replies):
             replies.next()  # the XADD's entry id; a refused XADD raises here
-            if check_existing and (existing := replies.next()) is not None:
-                return decode_result(existing)
-            if timeout is None:
-                return None
-            popped = replies.next()
+            with self._boundary(f"waiting for request {request.id}", request.id):
+                if check_existing and (existing := replies.next()) is not None:
+                    return decode_result(existing)
+                if timeout is None:
+                    return None
+                popped = replies.next()
         return decode_result(popped[1]) if popped is not None else None
 
     @staticmethod
@@ -158,14 +180,15 @@ class Client:
         """Results pushed to ``channel``: block up to ``timeout`` s for the first, then take all queued."""
         key = self.keys.reply(channel)
         first: Any
-        if timeout > 0:
-            popped = self.redis.blpop([key], timeout=timeout)
-            first = popped[1] if popped else None
-        else:  # BLPOP would read 0 as "wait forever"
-            first = self.redis.lpop(key)
-        if first is None:
-            return []
-        rest: Any = self.redis.lpop(key, 1000) or []
+        with self._boundary(f"waiting for results on reply channel {channel}"):
+            if timeout > 0:
+                popped = self.redis.blpop([key], timeout=timeout)
+                first = popped[1] if popped else None
+            else:  # BLPOP would read 0 as "wait forever"
+                first = self.redis.lpop(key)
+            if first is None:
+                return []
+            rest: Any = self.redis.lpop(key, 1000) or []
         return [decode_result(first), *(decode_result(raw) for raw in rest)]
 
     def wait_many(self, request_ids: Iterable[str], channel: str, *, timeout: float = 600.0,
@@ -181,7 +204,7 @@ class Client:
         while pending:
             found = self.poll_channel(channel, timeout=idle_check_s)
             if not found:
-                found = [r for r in self.results.get_many(list(pending)) if r is not None]
+                found = [r for r in self.result_many(list(pending)) if r is not None]
             progressed = [r for r in found if r.id in pending]
             for result in progressed:
                 pending.discard(result.id)
@@ -190,7 +213,32 @@ class Client:
                 last_progress = time.monotonic()
             elif time.monotonic() - last_progress > timeout:
                 raise TimeoutError(f"{len(pending)} results still missing after {timeout:g} s without progress")
-        self.redis.delete(self.keys.reply(channel))
+        with self._boundary(f"deleting reply channel {channel}"):
+            self.redis.delete(self.keys.reply(channel))
+
+    @contextmanager
+    def _boundary(self, doing: str, request_id: str | None = None, *, submitting: bool = False) -> Iterator[None]:
+        """Where redis-py's connection errors become one :class:`ConnectionLost`, once for every method.
+
+        A caller (and the CLI, which prints a ``LayaError`` as one line) then
+        learns which server failed and during what and, for request
+        ``request_id``, how to get its answer once the server is back; while
+        ``submitting`` it cannot know whether the XADD was applied before the
+        connection went. A ``ResponseError`` (the server answered, refusing) is
+        not a lost connection and passes unchanged.
+        """
+        try:
+            yield
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            url = server_url(self.redis)
+            message = (f"connection to {url} failed while {doing} ({exc}); "
+                       "is `laya up` (or your Redis server) still running?")
+            if request_id is not None and submitting:
+                message += (f" Request {request_id} may or may not have been accepted: "
+                            f"`laya result {request_id}` shows its answer if it was")
+            elif request_id is not None:
+                message += f" Request {request_id} may still be answered: `laya result {request_id} --wait`"
+            raise ConnectionLost(message, url=url, request_id=request_id) from exc
 
 
 def _entry(request: Request) -> dict[FieldT, EncodableT]:

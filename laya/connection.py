@@ -6,12 +6,13 @@ import logging
 import time
 
 from redis import Redis
+from redis.connection import SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from laya.config import Settings, redact_url
 from laya.errors import ServerError
 
-__all__ = ["connect", "open_redis", "release_lock", "renew_lock"]
+__all__ = ["connect", "open_redis", "release_lock", "renew_lock", "server_url"]
 
 log = logging.getLogger("laya.connection")
 
@@ -46,6 +47,23 @@ def connect(settings: Settings, *, check: bool = True, wait: bool = False) -> Re
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
     return redis
+
+
+def server_url(redis: Redis) -> str:
+    """The URL ``redis`` connects to, written as :func:`~laya.config.redact_url` writes it (password as ``***``).
+
+    Built from the client's connection settings, so that an error about any
+    client names its server, whether or not the URL it was made from is at hand.
+    """
+    pool = redis.connection_pool
+    kwargs = pool.connection_kwargs
+    db = kwargs.get("db") or 0
+    if issubclass(pool.connection_class, UnixDomainSocketConnection):
+        return f"unix://{kwargs.get('path', '')}?db={db}"
+    scheme = "rediss" if issubclass(pool.connection_class, SSLConnection) else "redis"
+    user = kwargs.get("username") or ""
+    auth = f"{user}:***@" if kwargs.get("password") else f"{user}@" if user else ""
+    return f"{scheme}://{auth}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
 
 
 _RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"

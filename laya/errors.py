@@ -14,7 +14,9 @@
     │   └── ModelLoadError ..... llama.cpp could not load the model
     ├── GGUFError .............. a file is not a readable GGUF model
     │   └── UnplannableModel ... a readable GGUF the planner cannot size (no attention heads, ...)
-    └── ServerError ............ the Redis/Valkey server could not be reached or started
+    ├── ServerError ............ the Redis/Valkey server could not be reached or started
+    │   └── ConnectionLost ..... the server stopped answering during a producer's call
+    └── FileAccessError ........ a file named on the command line cannot be read or written
 
 Every :class:`RequestError` and :class:`InferenceError` carries a stable ``code``
 that ends up in the result record, so producers match on codes, never on text.
@@ -25,8 +27,10 @@ from __future__ import annotations
 __all__ = [
     "CapacityError",
     "ConfigError",
+    "ConnectionLost",
     "ContextTooLong",
     "DoesNotFit",
+    "FileAccessError",
     "GGUFError",
     "GenerationTimeout",
     "InferenceError",
@@ -114,3 +118,26 @@ class UnplannableModel(GGUFError):
 
 class ServerError(LayaError):
     code = "server_unavailable"
+
+
+class ConnectionLost(ServerError):
+    """A call on the server failed for want of a connection, after the client had been made.
+
+    Raised by :class:`~laya.client.Client` instead of redis-py's connection
+    errors (kept as ``__cause__``), so a producer catches one Laya class.
+    ``url`` is the server's URL without its password; ``request_id`` names the
+    request the call was about, when there was one, so it can be fetched later.
+    """
+
+    code = "connection_lost"
+
+    def __init__(self, message: str, *, url: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        self.request_id = request_id
+
+
+class FileAccessError(LayaError):
+    """A file the user named cannot be read or written; the message gives its path and the OS's reason."""
+
+    code = "file_access"

@@ -2,6 +2,8 @@
 
 import sys
 
+import llama_cpp  # noqa: F401  # before numpy and pydantic: see laya/__init__.py
+
 from laya.cli import main
 
 if __name__ == "__main__":
