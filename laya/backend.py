@@ -81,7 +81,8 @@ class LlamaBackend:
         self.name = model.name
         self.path = model.path
         try:
-            with _model_params(use_extra_bufts=extra_buffers):
+            # Extra buffers on is llama.cpp's default: only "off" needs a field Llama() has no argument for.
+            with _model_params(**({} if extra_buffers else {"use_extra_bufts": False})):
                 self.llm: Llama = llama_cpp.Llama(
                     model_path=str(model.path),
                     n_ctx=n_ctx or settings.runtime.max_seq_len,
