@@ -49,9 +49,9 @@ MIN_SHRINK_CTX = 512
 KV_TYPES: dict[str, tuple[int, int]] = {"f16": (1, 2), "q8_0": (32, 34), "q4_0": (32, 18)}
 """KV element type → (elements per block, bytes per block)."""
 
-RAM_RUNTIME = 120 * MiB
+RAM_RUNTIME = 72 * MiB
 """Resident size of a worker process with its libraries (Python, RQ, llama.cpp) before the model:
-calibrated with bench/planner_rss.py on Linux x86-64."""
+calibrated with bench/planner_rss.py on Linux x86-64 (llama-cpp-python 0.3.36, F16 and quantised models)."""
 GPU_RUNTIME = 400 * MiB
 """CUDA context and cuBLAS workspace per process: a typical figure, not measured here (no GPU in CI)."""
 

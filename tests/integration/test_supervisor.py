@@ -162,6 +162,29 @@ def test_a_killed_worker_is_restarted_and_requests_before_and_after_are_answered
     assert [w.pid for w in rq_workers(port)] == [replacement]
 
 
+def test_laya_up_on_a_quantised_model_answers_submit_and_keeps_answering_after_a_worker_crash(
+        tmp_path: Path, port: int, q4km_model: Path, up_factory: Callable[..., Up]) -> None:
+    """Issue 12's bar: a Q4_K_M model of a real architecture, `laya submit --wait`, a SIGKILLed worker."""
+    write_config(tmp_path, port, q4km_model, max_seq_len=512)
+    up = up_factory()
+    up.wait_for("laya is up")
+    assert "CPU extra buffers" in up.text()  # the worker says which mode it loaded with, and why
+
+    def submit(prompt: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+        done = subprocess.run([str(BIN / "laya"), "-c", "laya.toml", "submit", "--wait", "--timeout", "60", prompt],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert submit("hello") == "pqrstuvwxyz"
+    [worker] = up.pids("worker")
+    os.kill(worker, signal.SIGKILL)
+    up.wait_for("laya worker killed by SIGKILL")
+    assert submit("hello world") == "efghijklmnopqrstuvwxyz"
+    assert len(up.pids("worker")) == 2 and up.proc.poll() is None
+
+
 def test_ctrl_c_to_the_process_group_stops_the_children_then_the_server(
         tmp_path: Path, port: int, tiny_model: Path, up_factory: Callable[..., Up]) -> None:
     write_config(tmp_path, port, tiny_model)
