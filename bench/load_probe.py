@@ -80,7 +80,7 @@ print(json.dumps({"load_s": loaded, "tok_s": rate, "text": llm.detokenize(out[:1
 
 def run_case(model: Path, spec: str, gpu_layers: int, tokens: int) -> dict[str, object]:
     proc = subprocess.run([sys.executable, "-c", CHILD, str(model), spec, str(gpu_layers), str(tokens)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode == 0:
         return {"outcome": "ok", **json.loads(proc.stdout.strip().splitlines()[-1])}
     if proc.returncode < 0:
@@ -97,7 +97,7 @@ def backtrace(model: Path, spec: str, gpu_layers: int, tokens: int) -> str:
     try:
         proc = subprocess.run([debugger, "-batch", "-ex", "run", "-ex", "bt 40", "-ex", "info sharedlibrary",
                                "--args", sys.executable, "-c", CHILD, str(model), spec, str(gpu_layers), str(tokens)],
-                              capture_output=True, text=True, timeout=180)
+                              capture_output=True, text=True, timeout=180, check=False)
     except subprocess.TimeoutExpired:
         return f"({debugger} did not finish in 180 s)"
     lines = [line for line in proc.stdout.splitlines()
@@ -126,8 +126,8 @@ def main() -> None:
     cpu = "AMX" if {"amx_int8", "amx_tile"} & flags else ("AVX-512" if "avx512f" in flags else "no AMX")
     with tempfile.TemporaryDirectory() as tmp:
         model = write_shaped_model(Path(tmp) / "probe.gguf", shape, args.quant, stops=False)
-        lines = [f"# Load probe: {shape.name} shapes, {shape.n_layer} layers, {args.quant}, n_gpu_layers "
-                 f"{args.gpu_layers}", "",
+        lines = [(f"# Load probe: {shape.name} shapes, {shape.n_layer} layers, {args.quant}, n_gpu_layers "
+                  f"{args.gpu_layers}"), "",
                  f"CPU: {cpu}. Each case is a fresh process: load, 64-token prompt, {args.tokens} greedy tokens.",
                  f"Decode rate: median of up to {args.runs} processes.", "",
                  "| case | outcome | load s | decode tok/s | first tokens |", "|---|---|---:|---:|---|"]

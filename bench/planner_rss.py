@@ -59,8 +59,8 @@ def main() -> None:
              f"Median of {RUNS} fresh processes per row; `max` is the largest of them. Baseline: the same",
              "process after its imports, before the model loads. Extra buffers: llama.cpp's CPU extra buffer",
              "types (`model.cpu_extra_buffers`); `auto` resolves to on for a CPU without AMX.", "",
-             "| model | extra buffers | ctx | KV planned (MiB) | baseline RSS | measured RSS (median) | max | "
-             "predicted | error |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             ("| model | extra buffers | ctx | KV planned (MiB) | baseline RSS | measured RSS (median) | max | "
+              "predicted | error |"), "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     errors = []
     with tempfile.TemporaryDirectory() as tmp:
         tiny = write_tiny_model(Path(tmp) / "m60.gguf", TinyModelSpec(dim=512, n_layer=8, n_head=8, n_head_kv=4,

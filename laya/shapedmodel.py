@@ -130,8 +130,7 @@ _ENCODERS = {"Q4_K": _q4_k, "Q6_K": _q6_k, "Q8_0": _q8_0}
 
 def quantize(matrix: np.ndarray, type_name: str) -> np.ndarray:
     """Rows of ``matrix`` as GGUF blocks of ``type_name`` (Q4_K, Q6_K, Q8_0): uint8, one row per row."""
-    rows, width = matrix.shape
-    return _ENCODERS[type_name](matrix).reshape(rows, -1)
+    return _ENCODERS[type_name](matrix).reshape(matrix.shape[0], -1)
 
 
 # -- the file -------------------------------------------------------------------------------------
