@@ -143,8 +143,8 @@ def run_laya(model: str, jobs: int) -> dict[str, object]:
             for proc in procs:
                 proc.wait(30)
             server.stop()
-    return {"singles": singles, "vram_mib": vram, "burst_tok_s": sum(r.usage.completion_tokens for r in results
-                                                                      if r.usage) / burst_s,
+    completion_tokens = sum(r.usage.completion_tokens for r in results if r.usage is not None)
+    return {"singles": singles, "vram_mib": vram, "burst_tok_s": completion_tokens / burst_s,
             "plan_gpu_mib": (gpu.total - gpu.margin) / MiB, "plan_table": plan.table()}
 
 
