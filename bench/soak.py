@@ -120,8 +120,11 @@ def main() -> None:
              f"- processes killed: {dict(kills)} ({sum(kills.values())} kills in {elapsed:.0f} s)", "",
              "| route | count |", "|---|---:|"]
     lines += [f"| {route} | {count:,} |" for route, count in routes.most_common()]
-    lines += ["", f"Target 0 lost and 0 duplicated: {'met' if not lost and not duplicated else 'NOT met'}."]
-    write_results("soak.md", lines)
+    ok = not lost and not duplicated
+    lines += ["", f"Target 0 lost and 0 duplicated: {'met' if ok else 'NOT met'}."]
+    write_results("soak.md", lines,
+                  run=(f"seed {args.seed}, {len(submitted):,} requests, {sum(kills.values())} kills: {lost} lost, "
+                       f"{duplicated} duplicated; target {'met' if ok else 'NOT met'}"))
 
 
 if __name__ == "__main__":

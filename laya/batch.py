@@ -27,6 +27,7 @@ from typing import IO, Any
 import orjson
 
 from laya.client import Client
+from laya.codec import json_kind
 from laya.errors import FileAccessError
 
 __all__ = ["BatchInput", "BatchSummary", "read_batch", "run_batch"]
@@ -59,7 +60,7 @@ def _parse(line: str) -> dict[str, Any] | str:
     if isinstance(value, str):
         return {"prompt": value}
     if not isinstance(value, dict):
-        return f"line must be a JSON object or string, got {type(value).__name__}"
+        return f"line must be a JSON object (a request) or a string (a prompt), got {json_kind(value)}"
     return value
 
 

@@ -1,14 +1,19 @@
 """``laya bench routing``: how long the router takes to decide, on your machine and your rules.
 
-The decision is what the router does per request once it is decoded:
-normalise the text, compute the cache key and look it up in the in-process
-LRU, and match the rules. It is timed per request (``perf_counter_ns``) over a
-mix of cache hits, each kind of rule hit, and misses that try every rule.
+The decision is what the router does per request once it is decoded, with the
+router's own stage objects in the router's order: hand the request on (the
+decode stage's last step: normalise the text), the rules stage, then the cache
+stage (cache key, in-process LRU). It is timed per request (``perf_counter_ns``)
+over a mix of cache hits, each kind of rule hit, and misses that try every rule.
+Left out: the decode itself (timed separately below), and the cache stage's
+Redis read for the batch's LRU misses, which the router makes once per batch
+(one MGET) and which here returns nothing without a round trip; the round trips
+are what ``bench/router_latency.py`` and ``bench/router_throughput.py`` measure.
 
 Two baselines run in the same process on the same requests:
 
 * **naive** — every rule as a regex, tried one by one in rank order (what a
-  hand-written router does);
+  hand-written router does), then the same cache look-up;
 * **seed method** — the field report's own measurement: the median time of
   500 requests with routing disabled (decode only) and enabled (decode and
   route); the difference is the routing cost it quoted as 0.3 ms.
@@ -26,7 +31,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from laya.cache import LocalCache, cache_key
+from laya.cache import cache_key
 from laya.codec import Limits, decode_request
 from laya.rules import RuleSet, RuleSpec
 from laya.schema import Request
@@ -116,7 +121,7 @@ class RoutingBench:
         rows = [(f"routing decision: {self.rules} rules, {self.cache_entries:,} cached answers, "
                  f"{self.requests:,} requests"), "",
                 f"{'method':<34}{'p50 µs':>9}{'p99 µs':>9}{'p99.9 µs':>10}{'mean µs':>9}{'vs Laya p50':>13}"]
-        for name, figures in (("laya (normalise + cache + rules)", self.laya),
+        for name, figures in (("laya (normalise + rules + cache)", self.laya),
                               ("naive loop over regexes", self.naive)):
             rows.append(f"{name:<34}{figures['p50']:>9.2f}{figures['p99']:>9.2f}{figures['p999']:>10.2f}"
                         f"{figures['mean']:>9.2f}{figures['p50'] / self.laya['p50']:>12.1f}x")
@@ -148,30 +153,53 @@ def _cached_prompts(count: int, rng: random.Random) -> Iterator[str]:
         yield " ".join(rng.sample(WORDS, 8)) + f" #{i}"
 
 
+class _NoRedis:
+    """The cache stage's Redis read, answering "not cached" without a round trip (see the module doc)."""
+
+    def mget(self, keys: list[str]) -> list[None]:
+        return [None] * len(keys)
+
+
 def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, requests: int = 20_000,
                       seed: int = 7) -> RoutingBench:
+    from redis import Redis
+
+    from laya.config import Settings
+    from laya.router import Flight, Router
+
     rng = random.Random(seed)
     rules = RuleSet(synthetic_rules(n_rules), source="<bench>")
-    cache = LocalCache(cache_entries, ttl_s=3600)
+    settings = Settings.model_validate({"router": {"cache_size": cache_entries}})
+    # A router that never connects: its stages are built as `laya router` builds them.
+    router = Router(settings, Redis(), consumer="bench", rules=rules)
+    order = [stage.name for stage in router.stages]
+    assert order == ["decode", "rules", "cache", "admission"], order
+    decide_stages = router.stages[1:3]
+    cache = router.cache_stage.local
     prompts = list(_cached_prompts(cache_entries, rng))
     for prompt in prompts:
         cache.put(cache_key(Request(prompt=prompt), "default", 256), {"text": "cached"})
     texts = synthetic_texts(n_rules, prompts, requests, rng)
     naive = _Naive(rules)
+    no_redis: Any = _NoRedis()
+    accept = router.decode_stage.accept
+    clock = time.perf_counter_ns
 
     requests_in = [Request(prompt=text) for text in texts]  # decoded, as the decode stage hands them on
 
     def laya_decide(request: Request) -> object:
-        normalised = normalise(request.text)
-        if cache.get(cache_key(request, "default", 256, normalised)) is not None:
-            return "cache"
-        return rules.match(normalised)
+        flight = Flight("0-0", {}, clock())
+        accept(flight, request)
+        for stage in decide_stages:
+            stage.run([flight], no_redis)
+        return flight.route or flight.model
 
     def naive_decide(request: Request) -> object:
         normalised = normalise(request.text)
-        if cache.get(cache_key(request, "default", 256, normalised)) is not None:
-            return "cache"
-        return naive.match(normalised)
+        rule = naive.match(normalised)
+        if rule is not None:
+            return rule
+        return cache.get(cache_key(request, "default", 256, normalised))
 
     _timed(requests_in[:1000], laya_decide)  # warm up
     laya = _summary(_timed(requests_in, laya_decide))
@@ -185,4 +213,3 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     return RoutingBench(n_rules, cache_entries, requests, laya, naive_figures,
                         {"decode_only_p50": round(d50, 2), "decode_and_route_p50": round(r50, 2),
                          "routing_cost_p50": round(r50 - d50, 2)})
-

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ from typing import Any
 import orjson
 
 from laya.config import Settings, load_settings
-from laya.errors import ConfigError, LayaError
+from laya.errors import ConfigError, FileAccessError, InvalidRequest, LayaError
+from laya.schema import Result
 
 __all__ = ["main"]
 
@@ -85,16 +87,23 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from laya.init import choose, render_config
-    from laya.planner import plan_input
+    from laya.init import choose, config_values, render_config
 
-    machine = _machine(args)
-    settings = load_settings(None, environ={})
-    plan = choose(args.model, machine, plan_input(settings)) if args.model else None
     if args.output.exists() and not args.force:
-        raise ConfigError(f"{args.output} exists; pass --force to overwrite it")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(render_config(machine, args.model, plan))
+        raise ConfigError(f"{args.output} exists; pass --force to overwrite it, or -o to write another file")
+    machine = _machine(args)
+    if args.model:
+        choice = choose(args.model, machine, ctx=args.ctx)
+        values, plan, why = choice.values, choice.plan, choice.why_ctx
+    else:
+        values, plan, why = config_values(machine, None, ctx=args.ctx or 2048), None, None
+    given = "".join(f" --{name} {value}" for name, value in (("ram", args.ram), ("vram", args.vram)) if value)
+    text = render_config(machine, values, plan=plan, why_ctx=why, check=f"laya -c {args.output} plan{given}")
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise FileAccessError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     print(f"wrote {args.output}" + (f" (plan: {plan.verdict})" if plan else ""))
     if plan is not None and plan.verdict == "refuse":
         print(plan.table(), file=sys.stderr)
@@ -125,12 +134,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(_settings(args), STATE_DIR, config_path=args.config, n_model=args.requests)
 
 
+def _read_prompt(prompt: str | None) -> str:
+    """The prompt argument, or stdin; on a terminal, say that it is being read, or the command looks hung."""
+    if prompt not in (None, "-"):
+        return prompt
+    if sys.stdin.isatty():
+        print("laya submit: reading the prompt from stdin; end it with Ctrl-D (or pass it as an argument: "
+              "laya submit \"...\")", file=sys.stderr, flush=True)
+    return sys.stdin.read()
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
-    prompt = args.prompt if args.prompt not in (None, "-") else sys.stdin.read()
+    from laya.client import make_request
+
+    prompt = _read_prompt(args.prompt)
+    if not prompt.strip():
+        raise InvalidRequest("the prompt is empty: pass the text to send as an argument (laya submit \"...\") "
+                             "or on stdin", field="prompt")
     params: dict[str, Any] = {"model": args.model, "max_tokens": args.max_tokens,
                               "temperature": args.temperature}
+    given = {k: v for k, v in params.items() if v is not None}
+    try:
+        request = make_request(prompt, **given)  # checked before connecting: no server needed to say what is wrong
+    except InvalidRequest as exc:
+        if exc.field in given:  # name the option the user typed, not the request field behind it
+            reason = exc.message.removeprefix(f"{exc.field}: ")
+            raise InvalidRequest(f"--{exc.field.replace('_', '-')} {given[exc.field]}: {reason}",
+                                 field=exc.field) from None
+        raise
     client = _client(_settings(args))
-    request_id = client.submit(prompt, **{k: v for k, v in params.items() if v is not None})
+    request_id = client.submit_request(request)
     if not args.wait:
         print(request_id)
         return 0
@@ -138,12 +171,30 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
+    """The result record; without one, where the request is, so a typo is not mistaken for a slow model.
+
+    ``--wait`` waits for an id with no trace too (a producer may send it later,
+    under an id of its own); if the wait runs out, it says where the request is.
+    """
+    from laya.lookup import locate
+
     client = _client(_settings(args))
-    result = client.wait(args.id, timeout=args.timeout) if args.wait else client.result(args.id)
-    if result is None:
-        print(f"no result for {args.id} (yet)", file=sys.stderr)
-        return 2
-    return _print_result(result, as_json=True)
+    if args.wait:
+        try:
+            return _print_result(client.wait(args.id, timeout=args.timeout), as_json=True)
+        except TimeoutError:
+            found = locate(client.redis, client.results, args.id)
+            if isinstance(found, Result):  # written just as the wait ran out
+                return _print_result(found, as_json=True)
+            raise TimeoutError(f"no result for {args.id} within {args.timeout:g} s: {found.detail}") from None
+    found = locate(client.redis, client.results, args.id)
+    if isinstance(found, Result):
+        return _print_result(found, as_json=True)
+    if not found.pending:
+        raise LayaError(found.detail, code="unknown_request")
+    print(f"laya result: {args.id} has no result yet: {found.detail}. `laya result {args.id} --wait` waits "
+          "for it", file=sys.stderr)
+    return 3
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -205,60 +256,76 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="load even when the memory plan refuses")
     p.set_defaults(func=cmd_worker)
     p = sub.add_parser("plan", help="memory plan for a model on this (or a given) machine, before loading")
-    p.add_argument("--model", type=Path, help="GGUF file (default: model.path)")
-    p.add_argument("--ctx", type=int, help="tokens per sequence (default: runtime.max_seq_len)")
-    p.add_argument("--parallel", type=int, help="sequences (default: runtime.n_parallel)")
-    p.add_argument("--kv", choices=["f16", "q8_0", "q4_0"], help="KV cache type")
-    p.add_argument("--gpu-layers", type=int, help="layers on the GPU (-1 = all)")
-    p.add_argument("--offload", choices=["disabled", "explicit"], help="offload policy")
-    p.add_argument("--ram", help="plan for this much free RAM, e.g. 32GiB")
-    p.add_argument("--vram", help="plan for one GPU with this much free memory, e.g. 8GiB (0: no GPU)")
+    p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file (default: model.path)")
+    p.add_argument("--ctx", type=int, metavar="TOKENS", help="tokens per sequence (default: runtime.max_seq_len)")
+    p.add_argument("--parallel", type=int, metavar="N", help="sequences (default: runtime.n_parallel)")
+    p.add_argument("--kv", choices=["f16", "q8_0", "q4_0"], help="KV cache type (default: memory.kv_cache_policy)")
+    p.add_argument("--gpu-layers", type=int, metavar="N", help="layers on the GPU, -1 = all (default: "
+                                                               "model.n_gpu_layers)")
+    p.add_argument("--offload", choices=["disabled", "explicit"], help="offload policy (default: "
+                                                                       "memory.offload_policy)")
+    p.add_argument("--ram", metavar="SIZE", help="plan for this much free RAM, e.g. 32GiB")
+    p.add_argument("--vram", metavar="SIZE", help="plan for one GPU with this much free memory, e.g. 8GiB "
+                                                  "(0: no GPU)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("init", help="write a config for this machine (and a model)")
-    p.add_argument("--model", type=Path, help="GGUF file to size the config for")
-    p.add_argument("-o", "--output", type=Path, default=Path("configs/local.toml"))
-    p.add_argument("--ram", help="plan for this much free RAM instead of what is detected")
-    p.add_argument("--vram", help="plan for one GPU with this much memory (0: no GPU)")
+    p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file to size the config for (written as an "
+                                                              "absolute path)")
+    p.add_argument("--ctx", type=int, metavar="TOKENS", help="max_seq_len to write, even beyond the model's "
+                                                             "training context (default: the largest of 8192, "
+                                                             "4096, 2048 that fits within it)")
+    p.add_argument("-o", "--output", type=Path, default=Path("configs/local.toml"), metavar="FILE",
+                   help="config file to write (default: configs/local.toml)")
+    p.add_argument("--ram", metavar="SIZE", help="plan for this much free RAM instead of what is detected")
+    p.add_argument("--vram", metavar="SIZE", help="plan for one GPU with this much memory (0: no GPU)")
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(func=cmd_init)
     p = sub.add_parser("up", help="start everything: embedded Valkey (if no URL), router, worker; "
                                   "restart a router or worker that dies")
-    p.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the worker")
+    p.add_argument("--ready-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="seconds to wait for the worker to load its model (default 120)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("demo", help="run the whole flow on sample data and print the route summary")
-    p.add_argument("--requests", type=int, default=40, help="model requests in the sample (default 40)")
+    p.add_argument("--requests", type=int, default=40, metavar="N",
+                   help="model requests in the sample (default 40)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("submit", help="submit a prompt (argument or stdin)")
     p.add_argument("prompt", nargs="?", help="the prompt; '-' or nothing reads stdin")
-    p.add_argument("--model")
-    p.add_argument("--max-tokens", type=int)
-    p.add_argument("--temperature", type=float)
+    p.add_argument("--model", metavar="NAME", help="model to answer (default: model.name)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="most tokens to generate "
+                                                               "(default: runtime.default_max_tokens)")
+    p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature, 0-5 (default 0: greedy)")
     p.add_argument("--wait", action="store_true", help="wait for the result and print it")
-    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="with --wait, give up after this long (default 300)")
     p.add_argument("--json", action="store_true", help="print the whole result record")
     p.set_defaults(func=cmd_submit)
-    p = sub.add_parser("result", help="print the result record of a request id")
-    p.add_argument("id")
-    p.add_argument("--wait", action="store_true")
-    p.add_argument("--timeout", type=float, default=300.0)
+    p = sub.add_parser("result", help="print the result record of a request id, or where the request is")
+    p.add_argument("id", help="the request id `laya submit` printed")
+    p.add_argument("--wait", action="store_true", help="wait for a pending request's result")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="with --wait, give up after this long (default 300)")
     p.set_defaults(func=cmd_result)
     p = sub.add_parser("batch", help="process a JSONL file of requests")
-    p.add_argument("input", type=Path)
-    p.add_argument("-o", "--output", type=Path, help="results file (default: INPUT.out.jsonl)")
-    p.add_argument("--window", type=int, default=256, help="requests in flight at once")
-    p.add_argument("--timeout", type=float, default=600.0, help="give up after this long without progress")
+    p.add_argument("input", type=Path, help="JSONL file: one request object, or a prompt string, per line")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="results file (default: INPUT.out.jsonl)")
+    p.add_argument("--window", type=int, default=256, metavar="N", help="requests in flight at once (default 256)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="give up after this long without progress (default 600)")
     p.set_defaults(func=cmd_batch)
     p = sub.add_parser("bench", help="measure the router's decision time on this machine")
-    p.add_argument("what", choices=["routing"])
-    p.add_argument("--rules", type=int, default=1000, help="synthetic rules, a quarter of each kind")
-    p.add_argument("--cache-entries", type=int, default=100_000)
-    p.add_argument("--requests", type=int, default=20_000)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("what", choices=["routing"], help="what to measure: routing (rules and cache, in memory)")
+    p.add_argument("--rules", type=int, default=1000, metavar="N",
+                   help="synthetic rules, a quarter of each kind (default 1000)")
+    p.add_argument("--cache-entries", type=int, default=100_000, metavar="N",
+                   help="entries in the response cache (default 100000)")
+    p.add_argument("--requests", type=int, default=20_000, metavar="N", help="requests to route (default 20000)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("stats", help="router counters, latency percentiles and queue depths")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_stats)
     return parser
 
@@ -276,3 +343,6 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `laya stats | head`: the reader left; nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141

@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
 from laya.codec import FIELD, decode_result, encode_request
+from laya.config import error_message
 from laya.connection import open_redis, server_url
 from laya.errors import ConnectionLost, InvalidRequest
 from laya.keys import Keys
@@ -38,7 +39,7 @@ from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
 from laya.wire import Wire
 
-__all__ = ["Client"]
+__all__ = ["Client", "make_request"]
 
 
 class Client:
@@ -255,4 +256,11 @@ def _validate(prompt: str | None, messages: list[dict[str, str]] | None, params:
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or None
-        raise InvalidRequest(f"{field + ': ' if field else ''}{first['msg']}", field=field) from None
+        raise InvalidRequest(f"{field + ': ' if field else ''}{error_message(first, mapping='an object')}",
+                             field=field) from None
+
+
+def make_request(prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
+                 **params: Any) -> Request:
+    """The request :meth:`Client.submit` would send, checked without a server (the CLI's first step)."""
+    return _validate(prompt, messages, params)

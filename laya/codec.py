@@ -15,11 +15,12 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
+from laya.config import error_message
 from laya.errors import InvalidRequest, UnknownModel
 from laya.schema import REQUEST_ID_PATTERN, Request, Result
 
 __all__ = ["Limits", "decode_request", "decode_result", "encode_request", "encode_result", "error_fields",
-           "error_result", "salvage_identity"]
+           "error_result", "json_kind", "salvage_identity"]
 
 FIELD = b"r"
 _ID_RE = re.compile(REQUEST_ID_PATTERN)
@@ -61,8 +62,25 @@ def _describe_validation(error: ValidationError) -> InvalidRequest:
     shown = _short_repr(first.get("input"))
     where = f"field '{field}' = {shown}: " if field else ""
     hint = _PATTERN_HINTS.get(field or "") if first["type"] == "string_pattern_mismatch" else None
+    if first["type"] == "extra_forbidden":
+        hint = f"remove it; a request's fields are {', '.join(Request.model_fields)}"
     extra = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
-    return InvalidRequest(f"{where}{first['msg']}{'; ' + hint if hint else ''}{extra}", field=field)
+    # Only pydantic's "Value error, " prefix goes: the rest of its wording is what producers match today.
+    message = error_message(first) if first["type"] == "value_error" else first["msg"]
+    return InvalidRequest(f"{where}{message}{'; ' + hint if hint else ''}{extra}", field=field)
+
+
+def json_kind(value: object) -> str:
+    """What a decoded JSON value is, in JSON's words (``null``, not Python's ``NoneType``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
 
 
 def _short_repr(value: Any) -> str:

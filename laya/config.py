@@ -15,14 +15,16 @@ with the file, the field, the value and why.
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from laya.errors import ConfigError
 
@@ -33,6 +35,7 @@ __all__ = [
     "RouterConfig",
     "RuntimeConfig",
     "Settings",
+    "error_message",
     "format_validation_error",
     "load_settings",
     "read_toml",
@@ -204,10 +207,21 @@ class Settings(BaseModel):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     source: str = Field("<defaults>", exclude=True, description="Where this configuration came from.")
+    _env: dict[str, str] = PrivateAttr(default_factory=dict)
+    """``section.field`` → the environment variable that set it."""
 
     @property
     def model_names(self) -> list[str]:
         return [self.model.name, *(m for m in self.router.models if m != self.model.name)]
+
+    def origin(self, field: str) -> str:
+        """Where ``field`` (``"redis.url"``) got its value: an environment variable, the file, or the defaults.
+
+        An error about a value (a server that does not answer) then names what to change.
+        """
+        if field in self._env:
+            return self._env[field]
+        return "the built-in defaults" if self.source == "<defaults>" else self.source
 
 
 _SHORT_ENV = {
@@ -217,19 +231,123 @@ _SHORT_ENV = {
 }
 
 
-def format_validation_error(source: str, error: ValidationError) -> str:
-    lines = [f"{source}: invalid configuration"]
+_KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "string": "a string",
+          "list": "a list", "dict": "{mapping}", "model": "{mapping}", "path": "a path"}
+_BOUNDS = {"greater_than_equal": "at least {ge}", "greater_than": "more than {gt}",
+           "less_than_equal": "at most {le}", "less_than": "less than {lt}",
+           "too_short": "at least {min_length} item(s)", "too_long": "at most {max_length} item(s)",
+           "string_too_short": "at least {min_length} character(s)",
+           "string_too_long": "at most {max_length} character(s)"}
+
+
+def error_message(item: ErrorDetails, *, mapping: str = "a table") -> str:
+    """One pydantic error in Laya's words: what the value must be.
+
+    Pydantic's own messages lead with its internals ("Value error, ",
+    "Input should be a valid integer, unable to parse string as an integer");
+    a user needs only the rule the value broke. ``mapping`` names a nested
+    object as the input format does: a TOML table, a JSON object.
+    """
+    kind = item["type"]
+    ctx = item.get("ctx") or {}
+    if kind in ("value_error", "assertion_error") and "error" in ctx:
+        return str(ctx["error"])
+    prefix, _, suffix = kind.partition("_")
+    if prefix in _KINDS and suffix in ("parsing", "type", "from_float"):
+        return "must be " + _KINDS[prefix].format(mapping=mapping)
+    if kind in _BOUNDS:
+        return "must be " + _BOUNDS[kind].format(**ctx)
+    if kind == "literal_error":
+        return f"must be {ctx['expected']}"
+    if kind == "string_pattern_mismatch":
+        return f"must match the pattern {ctx['pattern']}"
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "is not a known field"
+    return str(item["msg"])
+
+
+def _short(value: Any) -> str:
+    """A value as the user wrote it, bounded: a whole misplaced table must not fill the screen."""
+    if isinstance(value, dict):
+        return "{...}"
+    if isinstance(value, list):
+        return f"[{len(value)} items]"
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _model_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model of the table at ``loc`` in ``model``'s tree (list indexes skipped), if there is one."""
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        candidates = [info.annotation, *get_args(info.annotation)] if info is not None else []
+        inner = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if inner is None:
+            return None
+        model = inner
+    return model
+
+
+def _unknown_field(model: type[BaseModel] | None, loc: Sequence[str | int]) -> str:
+    """Why an unknown field is refused, with the nearest known name, else the known ones."""
+    table = _model_at(model, loc[:-1]) if model is not None else None
+    if table is None:
+        return "is not a known field"
+    known = [name for name, info in table.model_fields.items() if not info.exclude]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    if len(loc) == 1 and model is Settings:
+        return "is not a section of a Laya config; " + (f"did you mean [{close[0]}]?" if close
+                                                          else f"the sections are {', '.join(known)}")
+    tables = [part for part in loc[:-1] if isinstance(part, str)]
+    what = (f"[[{tables[-1]}]]" if isinstance(loc[-2], int) else f"[{tables[-1]}]") if tables else "this file"
+    return f"is not a field of {what}; " + (f"did you mean {close[0]}?" if close else f"{what} has {', '.join(known)}")
+
+
+def _description(model: type[BaseModel] | None, loc: Sequence[str | int]) -> str | None:
+    """The field's description, which says what the value is for (and often what to do instead)."""
+    table = _model_at(model, loc[:-1]) if model is not None and loc else None
+    info = table.model_fields.get(str(loc[-1])) if table is not None else None
+    return info.description if info is not None else None
+
+
+def format_validation_error(source: str, error: ValidationError, *, model: type[BaseModel] | None = None,
+                            env: Mapping[tuple[str | int, ...], str] | None = None) -> str:
+    """Each problem as ``where: field = value: what it must be``; one problem is one line.
+
+    ``where`` is the environment variable that set the field when ``env``
+    (field location → variable) names one, else ``source``: the value to
+    change is where the user wrote it, not the file it was merged into.
+    A broken bound or type is followed by the field's description, which
+    says what the field is for.
+    """
+    lines = []
     for item in error.errors():
-        field = ".".join(str(part) for part in item["loc"]) or "<root>"
-        value = item.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
-        lines.append(f"  {field} = {shown}: {item['msg']}")
-    return "\n".join(lines)
+        loc = tuple(item["loc"])
+        field = ".".join(str(part) for part in loc) or "<root>"
+        where = next((f"environment variable {env[loc[:n]]}" for n in (len(loc), 1) if env and loc[:n] in env),
+                     source)
+        if item["type"] == "extra_forbidden":
+            shown = f"[{field}]" if len(loc) == 1 and isinstance(item.get("input"), dict) else field
+            lines.append(f"{where}: {shown} {_unknown_field(model, loc)}")
+            continue
+        reason = error_message(item)
+        description = _description(model, loc) if item["type"] not in ("value_error", "assertion_error") else None
+        lines.append(f"{where}: {field} = {_short(item.get('input'))}: {reason}"
+                     + (f". {description}" if description else ""))
+    if len(lines) == 1:
+        return lines[0]
+    return f"{source}: {len(lines)} problems\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """The overrides by section and field, and which variable set each ``section.field``."""
     overrides: dict[str, dict[str, str]] = {}
-    for name, value in environ.items():
+    names: dict[str, str] = {}
+    for name, value in sorted(environ.items()):
         if name in _SHORT_ENV:
             section, field = _SHORT_ENV[name]
         elif name.startswith("LAYA_") and "__" in name:
@@ -237,7 +355,8 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, dict[str, str]]:
         else:
             continue
         overrides.setdefault(section, {})[field] = value
-    return overrides
+        names[f"{section}.{field}"] = name
+    return overrides, names
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
@@ -267,16 +386,25 @@ def load_settings(path: str | Path | None = None, *, environ: Mapping[str, str] 
         file = Path(path).expanduser()
         source = str(file)
         data = read_toml(file, "config file")
+        if isinstance(data.get("rule"), list):
+            raise ConfigError(f"{file} is a routes file (it has [[rule]] tables), not a config file: name it in a "
+                              f"config's [router] routes_file, or set LAYA_ROUTES={file}")
         _resolve_paths(data, file.parent.resolve())
-    for section, fields in _env_overrides(env).items():
+    overrides, names = _env_overrides(env)
+    where: dict[tuple[str | int, ...], str] = {}
+    for section, fields in overrides.items():
         if not isinstance(data.setdefault(section, {}), dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
+        if not set(data[section]) - set(fields):  # the section exists only because of the environment
+            where[(section,)] = names[f"{section}.{next(iter(fields))}"]
         data[section].update(fields)
+        where.update({(section, field): names[f"{section}.{field}"] for field in fields})
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(source, exc)) from None
+        raise ConfigError(format_validation_error(source, exc, model=Settings, env=where)) from None
     settings.source = source
+    settings._env = {f"{loc[0]}.{loc[1]}": name for loc, name in where.items() if len(loc) == 2}
     return settings
 
 

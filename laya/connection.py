@@ -12,7 +12,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from laya.config import Settings, redact_url
 from laya.errors import ServerError
 
-__all__ = ["connect", "open_redis", "release_lock", "renew_lock", "server_url"]
+__all__ = ["connect", "open_redis", "release_lock", "renew_lock", "server_url", "unreachable"]
 
 log = logging.getLogger("laya.connection")
 
@@ -39,14 +39,34 @@ def connect(settings: Settings, *, check: bool = True, wait: bool = False) -> Re
             redis.ping()
             return redis
         except (RedisConnectionError, OSError) as exc:
-            hint = " (start one with `laya up`, or set LAYA_REDIS_URL)" if settings.redis.url is None else ""
-            message = f"cannot reach Redis at {redact_url(url)}{hint}: {exc}"
+            message = unreachable(settings, exc)
             if not wait:
                 raise ServerError(message) from None
             log.warning("%s; retrying in %.1f s", message, backoff)
             time.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
     return redis
+
+
+def unreachable(settings: Settings, exc: Exception) -> str:
+    """Why the configured server did not answer, and what to check: which server, and where that came from.
+
+    The usual cause is that `laya up` is not running, or runs with another
+    config (another port): the message names the port or URL this command
+    used and the setting that chose it.
+    """
+    cause = exc.__cause__ or exc.__context__
+    reason = ((cause.strerror or str(cause)) if isinstance(cause, OSError) else str(exc)).rstrip(".")
+    if reason[1:2].islower():  # "Connection refused" reads as part of the sentence
+        reason = reason[0].lower() + reason[1:]
+    url = redact_url(settings.redis.effective_url)
+    if settings.redis.url is None:
+        return (f"cannot reach Redis at {url}: {reason}. Is `laya up` running? This command "
+                f"looked for its embedded server on port {settings.redis.embedded_port} (redis.embedded_port, "
+                f"from {settings.origin('redis.embedded_port')}): start `laya up` with the same config, or set "
+                "redis.url (LAYA_REDIS_URL) to your Redis server")
+    return (f"cannot reach Redis at {url} (redis.url, from {settings.origin('redis.url')}): "
+            f"{reason}. Is that server running, or the `laya up` that uses it? Check the URL")
 
 
 def server_url(redis: Redis) -> str:

@@ -1,9 +1,11 @@
 """``laya demo``: the whole flow on sample data, start to finish, on this machine.
 
-It starts an embedded Valkey on a free port, a router and a worker, sends a
-sample batch twice — the first pass answers rule hits at once and queues model
-jobs; the second pass repeats it and is answered from the cache — then prints
-how every request was routed and stops everything.
+It starts an embedded Valkey on a free port, a router and a worker, writes
+the sample batch ``.laya/demo-requests.jsonl`` (:func:`sample_lines`) and sends
+it twice — the first pass answers rule hits at once and queues model jobs; the
+second pass repeats it and is answered from the cache — then prints how every
+request was routed and stops everything. It says which file it sends and which
+rules answer, so what a newcomer sees can be reproduced with ``laya batch``.
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ from laya.batch import run_batch
 from laya.client import Client
 from laya.config import Settings
 from laya.connection import connect
+from laya.rules import EXAMPLE_ROUTES
 from laya.stack import Stack
 
-__all__ = ["run_demo", "sample_lines"]
+__all__ = ["RULE_LINES", "run_demo", "sample_lines"]
 
-EXAMPLE_ROUTES = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
+RULE_LINES = ["hello", "Ping?", "What are your opening hours?", "echo: Laya routes in microseconds"]
+"""The sample lines the example rules answer (greeting, ping, status, echo)."""
 
 
 def sample_lines(n_model: int) -> list[bytes]:
     """Sample JSONL: rule hits, model jobs (some sent by a rule), one invalid and one non-JSON line."""
-    lines: list[object] = ["hello", "Ping?", "What are your opening hours?", "echo: Laya routes in microseconds"]
+    lines: list[object] = list(RULE_LINES)
     lines += [{"prompt": f"Write a one-line tagline for product {i}", "max_tokens": 24} for i in range(n_model)]
     lines += [{"prompt": "Summarize: the queue is the backpressure", "max_tokens": 24}]
     lines += [{"prompt": 42}]
@@ -37,16 +41,24 @@ def sample_lines(n_model: int) -> list[bytes]:
 
 def run_demo(settings: Settings, state_dir: Path, *, config_path: str | None, n_model: int) -> int:
     extra_env = {}
-    if settings.router.routes_file is None and EXAMPLE_ROUTES.exists():
+    routes = settings.router.routes_file
+    if routes is None and EXAMPLE_ROUTES.exists():
         extra_env["LAYA_ROUTES"] = str(EXAMPLE_ROUTES)
+        routes = EXAMPLE_ROUTES
     state_dir.mkdir(parents=True, exist_ok=True)
     sample = state_dir / "demo-requests.jsonl"
-    sample.write_bytes(b"\n".join(sample_lines(n_model)) + b"\n")
+    lines = sample_lines(n_model)
+    sample.write_bytes(b"\n".join(lines) + b"\n")
+    print(f"sample batch: {sample}, {len(lines)} lines: {len(RULE_LINES)} that rules answer, {n_model + 1} for the "
+          "model (one sent there by a rule), one invalid request and one line that is not JSON; sent twice.\n"
+          f"rules: {routes if routes is not None else 'none (router.routes_file is not set)'}", file=sys.stderr)
     with Stack(settings, state_dir, config_path=config_path, free_port=True, extra_env=extra_env) as stack:
         stack.wait_ready(timeout=120)
         demo_settings = settings.model_copy(update={"redis": settings.redis.model_copy(update={"url": stack.url})})
         client = Client(connect(demo_settings), prefix=settings.redis.prefix)
-        for number, label in ((1, "first pass: rules answer at once, the rest queue for the model"),
+        first = ("first pass: rules answer at once, the rest queue for the model "
+                 "(or come from the cache, if an earlier demo asked the same)")
+        for number, label in ((1, first),
                               (2, "second pass, same requests: model answers now come from the cache")):
             out = state_dir / f"demo-results-{number}.jsonl"
             print(f"\n== {label}", flush=True)

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["Gpu", "Machine", "cpu_flags", "detect_machine", "parse_size"]
+__all__ = ["NVIDIA_SMI_QUERY", "Gpu", "Machine", "cpu_flags", "detect_machine", "parse_nvidia_smi", "parse_size"]
 
 log = logging.getLogger("laya.machine")
 
@@ -66,24 +66,38 @@ def _ram() -> tuple[int, int]:
         return pages * size, pages * size // 2  # no availability figure: assume half is free
 
 
+NVIDIA_SMI_QUERY = ("--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits")
+"""The arguments Laya passes to ``nvidia-smi``; :func:`parse_nvidia_smi` reads what they print."""
+
+
+def parse_nvidia_smi(out: str) -> tuple[Gpu, ...]:
+    """GPUs from ``nvidia-smi`` run with :data:`NVIDIA_SMI_QUERY`: one ``name, total, free`` line each, in MiB.
+
+    A GPU whose memory figures are not numbers (``[N/A]`` on MIG slices and unified-memory
+    boards such as the GB10, ``[Not Supported]`` elsewhere) is left out with a warning:
+    planning for it would be a guess.
+    """
+    gpus = []
+    for line in out.strip().splitlines():
+        # The name comes first and may itself hold a comma; the two figures never do.
+        parts = [part.strip() for part in line.rsplit(",", 2)]
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            gpus.append(Gpu(parts[0], int(parts[1]) * MiB, int(parts[2]) * MiB))
+        elif line.strip():
+            log.warning("nvidia-smi reports no usable memory figures for %r; not planning for that GPU "
+                        "(give --vram to plan for it)", line.strip())
+    return tuple(gpus)
+
+
 def _nvidia_gpus() -> tuple[Gpu, ...]:
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return ()
     try:
-        out = subprocess.run([smi, "--query-gpu=name,memory.total,memory.free", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10, check=True).stdout
+        out = subprocess.run([smi, *NVIDIA_SMI_QUERY], capture_output=True, text=True, timeout=10, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return ()
-    gpus = []
-    for line in out.strip().splitlines():
-        try:
-            name, total, free = (part.strip() for part in line.rsplit(",", 2))
-            gpus.append(Gpu(name, int(total) * MiB, int(free) * MiB))
-        except ValueError:  # "[N/A]" for memory (MIG slices, some embedded boards)
-            log.warning("nvidia-smi reports no usable memory figures for %r; not planning for that GPU "
-                        "(give --vram to plan for it)", line)
-    return tuple(gpus)
+    return parse_nvidia_smi(out)
 
 
 def cpu_flags() -> frozenset[str]:

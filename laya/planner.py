@@ -360,7 +360,9 @@ def _slowdown(model: ModelInfo, gpu_layers: int) -> float:
 def make_plan(model: ModelInfo, machine: Machine, inp: PlanInput) -> Plan:
     gpu_plan = bool(machine.gpus) and inp.n_gpu_layers != 0
     machine_text = f"RAM {machine.ram_available / GiB:.1f} of {machine.ram_total / GiB:.1f} GiB free"
-    machine_text += "".join(f", {g.name} {g.free / GiB:.1f} of {g.total / GiB:.1f} GiB free" for g in machine.gpus)
+    # A GPU given with --vram has no name of its own ("given"): the line says GPU, and the source says given.
+    machine_text += "".join(f", GPU {'' if g.name == 'given' else g.name + ': '}{g.free / GiB:.1f} of "
+                            f"{g.total / GiB:.1f} GiB free" for g in machine.gpus)
     if not machine.gpus:
         machine_text += ", no GPU (CPU plan)"
     plan = Plan("fits", str(model.name or model.path.name), model.file_type, f"{machine_text} ({machine.source})",

@@ -13,6 +13,8 @@ it to an "intermediate" list) and starting it leaves the job in neither the
 queue nor the started registry; RQ finds such jobs only in its 10-minute
 maintenance pass. The reaper puts a job that has sat there longer than
 ``grace_s`` back at the front of its queue: it never ran, so no retry is spent.
+A job a worker refused (not Laya's) also leaves its id there; the reaper drops
+such ids instead of queueing the job for another refusal.
 """
 
 from __future__ import annotations
@@ -100,8 +102,13 @@ class Reaper:
             if job_id in queue.started_job_registry:
                 continue
             job = self._fetch(queue, job_id)
+            if job is None or not is_laya_job(job):
+                # Nothing a worker lost: a job the worker refused (it leaves the id here), or one gone.
+                queue.connection.lrem(intermediate.key, 1, job_id)
+                queue.connection.delete(intermediate.get_first_seen_key(job_id))
+                continue
             first_seen = intermediate.get_first_seen(job_id)
-            if first_seen is None or (job is not None and job.enqueued_at and first_seen < job.enqueued_at):
+            if first_seen is None or (job.enqueued_at and first_seen < job.enqueued_at):
                 # Seen for the first time since it was (re)enqueued; a live worker starts it within ms.
                 queue.connection.set(intermediate.get_first_seen_key(job_id), time.time(), ex=86_400)
                 continue

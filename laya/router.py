@@ -45,7 +45,7 @@ from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
 from laya.reaper import Reaper
 from laya.results import ResultStore
-from laya.rules import RuleSet, load_rules
+from laya.rules import RuleSet, load_rules, why_no_rules
 from laya.schema import Request
 from laya.stats import LatencyWindow
 from laya.text import normalise
@@ -129,11 +129,15 @@ class DecodeStage:
                 flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
                 flight.answer(**error_fields(exc))
                 continue
-            flight.request = request
-            flight.request_id, flight.reply_to = request.id, request.reply_to
-            flight.model = request.model or self.default_model
-            flight.max_tokens = request.max_tokens or self.default_max_tokens
-            flight.normalised = normalise(request.text)
+            self.accept(flight, request)
+
+    def accept(self, flight: Flight, request: Request) -> None:
+        """Hand a decoded request on to the next stages (``laya bench routing`` starts here)."""
+        flight.request = request
+        flight.request_id, flight.reply_to = request.id, request.reply_to
+        flight.model = request.model or self.default_model
+        flight.max_tokens = request.max_tokens or self.default_max_tokens
+        flight.normalised = normalise(request.text)
 
 
 class CacheStage:
@@ -270,15 +274,12 @@ class Router:
         limits = Limits(max_request_bytes=cfg.max_request_bytes, max_messages=cfg.max_messages,
                         max_tokens_limit=settings.runtime.max_tokens_limit,
                         models=frozenset(settings.model_names))
+        self.decode_stage = DecodeStage(limits, settings.model.name, settings.runtime.default_max_tokens)
         self.rules_stage = RulesStage(rules if rules is not None else
                                       load_rules(cfg.routes_file, models=settings.model_names))
+        self.cache_stage = CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys)
         self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s)
-        self.stages: list[Stage] = [
-            DecodeStage(limits, settings.model.name, settings.runtime.default_max_tokens),
-            self.rules_stage,
-            CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys),
-            self.admission,
-        ]
+        self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.cache_stage, self.admission]
         self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
                        for name in settings.model_names}
         self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock, owner=self.consumer,
@@ -497,6 +498,8 @@ class Router:
         self.ensure_group()
         log.info("router %s serving %s (%d rules, models %s)", self.consumer, self.keys.ingress,
                  len(self.rules_stage.rules), ", ".join(self.queues))
+        if not self.rules_stage.rules:
+            log.warning("%s", why_no_rules(self.settings.router.routes_file, self.settings.source))
         backoff = 0.1
         while not self._stopping:
             try:

@@ -41,7 +41,10 @@ from laya.config import format_validation_error, read_toml
 from laya.errors import ConfigError
 from laya.text import normalise
 
-__all__ = ["Match", "Rule", "RuleSet", "RuleSpec", "RulesFile", "load_rules"]
+__all__ = ["EXAMPLE_ROUTES", "Match", "Rule", "RuleSet", "RuleSpec", "RulesFile", "load_rules", "why_no_rules"]
+
+EXAMPLE_ROUTES = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
+"""The example rules of a source checkout (absent from an installed wheel)."""
 
 
 class RuleSpec(BaseModel):
@@ -246,10 +249,13 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
         return RuleSet([], source="<no rules>")
     file = Path(path)
     data = read_toml(file, "routes file")
+    if "rule" not in data and {"redis", "model", "runtime", "memory", "router"} & set(data):
+        raise ConfigError(f"{file} is a config file, not a routes file: pass it with --config (or LAYA_CONFIG), "
+                          "and name a file of [[rule]] tables in its [router] routes_file")
     try:
         parsed = RulesFile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(str(file), exc)) from None
+        raise ConfigError(format_validation_error(str(file), exc, model=RulesFile)) from None
     names = [spec.name for spec in parsed.rule]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -263,3 +269,22 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
         return RuleSet(parsed.rule, source=str(file))
     except ConfigError as exc:
         raise ConfigError(exc.message if exc.message.startswith(str(file)) else f"{file}: {exc.message}") from None
+
+
+def why_no_rules(routes_file: Path | None, config_source: str) -> str:
+    """Why a router serves no rules, and where the example rules are: said once at start.
+
+    Without it, a newcomer's "hello" silently waits for the model, and nothing
+    says that rules come from a file the config must name.
+    """
+    if routes_file is None:
+        where = "no config file" if config_source == "<defaults>" else f"not in {config_source}"
+        why = f"router.routes_file is not set ({where})"
+    else:
+        why = f"{routes_file} has no [[rule]] tables"
+    if EXAMPLE_ROUTES.exists():
+        example = (f"example rules are in {EXAMPLE_ROUTES}: name it in the config's [router] routes_file, or "
+                   f"set LAYA_ROUTES={EXAMPLE_ROUTES} (the shipped configs in {EXAMPLE_ROUTES.parent} use it)")
+    else:
+        example = "a routes file holds [[rule]] tables (see the README's rules section); set router.routes_file"
+    return f"0 rules loaded: {why}, so every request the cache cannot answer goes to a model; {example}"

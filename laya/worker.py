@@ -35,7 +35,7 @@ from laya.connection import renew_lock
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError, UnplannableModel
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
-from laya.machine import MiB, detect_machine
+from laya.machine import Machine, MiB, detect_machine
 from laya.modelfile import read_model_info
 from laya.planner import Plan, extra_buffers, make_plan, plan_input
 from laya.results import ResultStore
@@ -131,6 +131,16 @@ class LayaWorker(SimpleWorker):
         self.stop.install()
         super().teardown()  # type: ignore[no-untyped-call]
 
+    def subscribe(self) -> None:
+        """RQ's listener for commands sent to this worker, polling each second instead of each
+        minute. RQ's teardown unsubscribes, then stops the listener and waits for it; a listener
+        that read the unsubscribe reply first waits one whole poll for a new subscription, so RQ's
+        60 s made stopping a worker (and many ``--burst`` runs) take a minute."""
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
+            sleep_time=1, daemon=True, exception_handler=self._pubsub_exception_handler)
+
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return self.settings.runtime.heartbeat_ttl_s
 
@@ -181,10 +191,13 @@ class LayaWorker(SimpleWorker):
         self.set_state("idle")
 
 
-def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBackend, Plan | None]:
+def plan_and_load(settings: Settings, *, force: bool = False,
+                  machine: Machine | None = None) -> tuple[LLMBackend, Plan | None]:
     """Plan the configured model on this machine, refuse or shrink as planned, then load it.
 
     With ``force``, a plan that refuses, or a model the planner cannot read, is loaded anyway.
+    ``machine``: plan for that one instead of the detected one (tests, whose verdicts must not
+    depend on the host).
     """
     import llama_cpp
 
@@ -192,7 +205,7 @@ def plan_and_load(settings: Settings, *, force: bool = False) -> tuple[LLMBacken
 
     if settings.model.path is None:
         raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
-    machine = detect_machine()
+    machine = machine if machine is not None else detect_machine()
     if machine.gpus and not llama_cpp.llama_supports_gpu_offload():
         log.warning("GPU found but llama-cpp-python was built without GPU support: planning for the CPU; "
                     "reinstall it with CMAKE_ARGS=-DGGML_CUDA=on to use the GPU")

@@ -1,15 +1,25 @@
 """An automation pipeline: classify support tickets with the model, many at once.
 
 Submits every ticket with one shared reply channel, then collects results as
-they arrive. Tickets a rule recognises are answered by the router at once;
-the rest queue for the GPU worker.
+they arrive. Tickets a rule recognises are answered by the router at once
+(with the example rules: "hello" and the opening-hours question); the rest
+queue for the GPU worker. Rules look at the ticket itself (the last user
+message), so the instruction goes in a system message.
 
-    LAYA_REDIS_URL=redis://127.0.0.1:6390/0 python producers/pipeline_example.py
+Start Laya with a config that names the example rules, for example
+
+    laya -c configs/cpu-only.toml up
+
+(every shipped config uses configs/routes.example.toml; a plain `laya up` has
+no rules and logs so), then, from another terminal:
+
+    python producers/pipeline_example.py
+
+It finds the server as the `laya` commands do: $LAYA_CONFIG, LAYA_REDIS_URL,
+else the embedded server of `laya up` on port 6390.
 """
 
-import os
-
-from laya import Client
+from laya import Client, load_settings
 
 TICKETS = [
     "My invoice shows the wrong amount, please fix it.",
@@ -19,11 +29,14 @@ TICKETS = [
     "Summarize: customer wants a refund for a late delivery.",
 ]
 
-client = Client.from_url(os.environ.get("LAYA_REDIS_URL", "redis://127.0.0.1:6390/0"))
+settings = load_settings()
+client = Client.from_url(settings.redis.effective_url, prefix=settings.redis.prefix)
 channel = client.new_channel()
 ids = client.submit_many(
-    ({"prompt": f"Classify this support ticket in one word: {t}", "max_tokens": 8, "metadata": {"ticket": n}}
-     for n, t in enumerate(TICKETS)),
+    ({"messages": [{"role": "system", "content": "Classify this support ticket in one word."},
+                   {"role": "user", "content": ticket}],
+      "max_tokens": 8, "metadata": {"ticket": n}}
+     for n, ticket in enumerate(TICKETS)),
     reply_to=channel,
 )
 for result in client.wait_many(ids, channel, timeout=300):

@@ -1,13 +1,16 @@
 """Submit one prompt and print the answer: the smallest producer.
 
-    LAYA_REDIS_URL=redis://127.0.0.1:6390/0 python producers/submit_one.py "Summarize: ..."
+    python producers/submit_one.py "Summarize: the queue is the backpressure"
+
+It finds the server as the `laya` commands do: $LAYA_CONFIG, LAYA_REDIS_URL,
+else the embedded server of `laya up` on port 6390.
 """
 
-import os
 import sys
 
-from laya import Client
+from laya import Client, load_settings
 
-client = Client.from_url(os.environ.get("LAYA_REDIS_URL", "redis://127.0.0.1:6390/0"))
+settings = load_settings()
+client = Client.from_url(settings.redis.effective_url, prefix=settings.redis.prefix)
 result = client.ask(" ".join(sys.argv[1:]) or "hello", max_tokens=64, timeout=120)
 print(f"[{result.route}] {result.text if result.ok else result.error}")

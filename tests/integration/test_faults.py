@@ -16,13 +16,15 @@ from pathlib import Path
 import pytest
 from redis import Redis
 from rq import Queue, Worker
+from rq.job import Job
 
 from laya.backend import LlamaBackend
 from laya.client import Client
 from laya.config import Settings
+from laya.reaper import Reaper
 from laya.router import Router
 from laya.schema import Result
-from laya.worker import run_worker
+from laya.worker import LayaWorker, _StopSignal, run_worker
 
 from ..conftest import Server
 from ..processes import start_laya, stop_laya
@@ -121,13 +123,17 @@ def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endles
         elapsed = time.monotonic() - killed_at
     finally:
         stop_laya(*(p for p in (router, worker, replacement) if p is not None))
+    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    assert job is not None
     if retries:
         assert result.route == "model:default" and result.usage.completion_tokens == 6000
+        # The retry happened: the reaper spent it, and the replacement worker ran the job.
+        assert replacement is not None and job.retries_left == 0 and job.get_status() == "finished"
+        assert job.worker_name is not None and job.worker_name.endswith(f"-{replacement.pid}")
     else:
         assert result.route == "error:worker_lost" and "heartbeats" in result.error.message  # type: ignore[union-attr]
         assert elapsed < 15  # heartbeat_ttl_s 5 + reap interval, not RQ's timeout + 60 s
-    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
-    assert job is not None and job.get_status() in ("finished", "failed")
+        assert job.get_status() == "failed"
 
 
 def test_valkey_killed_and_restarted_with_aof_loses_no_accepted_request(tmp_path: Path, tiny_model: Path,
@@ -177,6 +183,7 @@ def test_duplicate_delivery_runs_once_and_answers_once(redis: Redis, redis_serve
     assert len(seen["same-id"]) == 1
     assert seen["same-id"][0].usage.completion_tokens == 6000
     text = "".join(log.read_text() for log in logs)
+    # Which of the two guards stopped the second run depends on timing; test_worker.py checks each alone.
     assert "not running it twice" in text or "already has a result" in text
 
 
@@ -223,23 +230,115 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
 
 def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settings, redis: Redis) -> None:
     client = Client(redis)
-    request_id = client.submit("a story", max_tokens=4)
+    request_id, other_id = client.submit("a story", max_tokens=4), client.submit("another story", max_tokens=4)
     router = Router(settings, redis, consumer="test")
     router.ensure_group()
     router.handle(router.read_batch())
     queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    ttl = settings.runtime.heartbeat_ttl_s
     # RQ dequeues by moving the id to an intermediate list, then marks the job started. A worker
     # SIGKILLed between the two leaves exactly this state (too narrow a window to hit with a real kill).
-    redis.lmove(queue.key, queue.intermediate_queue.key)
+    redis.lmove(queue.key, queue.intermediate_queue.key, "LEFT", "LEFT")
+    redis.lmove(queue.key, queue.intermediate_queue.key, "LEFT", "LEFT")
     assert queue.job_ids == []
+    first_seen = queue.intermediate_queue.get_first_seen_key(request_id)
     # A sighting left from an earlier pass through the list (before a retry re-enqueued the job) is stale.
-    redis.set(queue.intermediate_queue.get_first_seen_key(request_id), time.time() - 3600)
+    redis.set(first_seen, time.time() - 3600)
     router.reaper.run_once()  # first sighting since enqueued: a live worker would start it within milliseconds
+    assert queue.job_ids == [] and 0 < redis.ttl(first_seen) <= 86_400  # a sighting does not outlive a day
+    router.reaper.run_once(now=time.time() + ttl - 1)  # seen again, but not for long enough
     assert queue.job_ids == []
-    router.reaper.run_once(now=time.time() + settings.runtime.heartbeat_ttl_s + 1)
-    assert queue.job_ids == [request_id] and queue.intermediate_queue.get_job_ids() == []
+    router.reaper.run_once(now=time.time() + ttl + 1)
+    assert sorted(queue.job_ids) == sorted([request_id, other_id]) and queue.intermediate_queue.get_job_ids() == []
+    assert not redis.exists(first_seen)
+    # Taken again by a worker that dies; run_once() reads the clock itself (a reaper with a short wait).
+    redis.lmove(queue.key, queue.intermediate_queue.key, "LEFT", "LEFT")
+    quick = Reaper(router.queues, router.results, lock_key="laya:reaper", owner="quick", grace_s=0.3)
+    quick.run_once()
+    time.sleep(0.4)
+    quick.run_once()
+    assert sorted(queue.job_ids) == sorted([request_id, other_id])
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert client.wait(request_id, timeout=5).route == "model:default"
+    assert client.wait(other_id, timeout=5).route == "model:default"
+
+
+def start_like_a_worker_that_then_dies(settings: Settings, redis: Redis, queue_name: str = "laya:llm:default") -> Job:
+    """Take the first job off the model queue and mark it started, as Laya's worker does right
+    before it runs a job; a worker SIGKILLed during the job leaves exactly this behind (a real kill
+    is the subprocess test above; this one runs in milliseconds)."""
+    queue = Queue(queue_name, connection=redis, serializer="json")
+    with _StopSignal() as stop:
+        doomed = LayaWorker([queue], settings=settings, backend=LlamaBackend(settings), connection=redis,
+                            stop=stop, name=f"doomed-{time.monotonic_ns()}")
+    taken = doomed.dequeue_job_and_maintain_ttl(timeout=1)
+    assert taken is not None
+    job = taken[0]
+    doomed.prepare_execution(job)
+    doomed.prepare_job_execution(job, remove_from_intermediate_queue=True)
+    return job
+
+
+def test_the_reaper_requeues_a_lost_job_while_retries_last_then_answers_worker_lost(settings: Settings,
+                                                                                    redis: Redis) -> None:
+    settings = settings.model_copy(update={"runtime": settings.runtime.model_copy(update={"job_retries": 1})})
+    client = Client(redis)
+    channel = client.new_channel()
+    [request_id] = client.submit_many([{"prompt": "a story", "metadata": {"batch": "b7"}}], reply_to=channel)
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    router.handle(router.read_batch())
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    ttl = settings.runtime.heartbeat_ttl_s
+    start_like_a_worker_that_then_dies(settings, redis)
+    assert router.reaper.run_once(now=time.time() + ttl - 5) == 0  # its heartbeat has not run out yet
+    assert queue.job_ids == [] and queue.started_job_registry.get_job_ids() != []
+    redis.set("laya:reaper", "another-router", ex=60)
+    assert router.reaper.run_once(now=time.time() + ttl + 5) == 0  # one reaper at a time
+    assert queue.job_ids == [] and redis.get("laya:reaper") == b"another-router"
+    redis.delete("laya:reaper")
+
+    assert router.reaper.run_once(now=time.time() + ttl + 5) == 0  # requeued: a retry is left
+    job = queue.fetch_job(request_id)
+    assert queue.job_ids == [request_id] and job is not None and job.retries_left == 0
+    assert client.result(request_id) is None and not redis.exists("laya:reaper")
+
+    start_like_a_worker_that_then_dies(settings, redis)  # the retry's worker dies too
+    reap = router.reaper._reap
+    lock_ttls: list[int] = []
+
+    def reap_and_look_at_the_lock(cutoff: float) -> int:
+        lock_ttls.append(int(redis.ttl("laya:reaper")))
+        return reap(cutoff)
+
+    router.reaper._reap = reap_and_look_at_the_lock  # type: ignore[method-assign]
+    assert router.reaper.run_once(now=time.time() + ttl + 5) == 1
+    assert 0 < lock_ttls[0] <= 30  # a router that dies while reaping does not stop all reaping for good
+    [result] = client.poll_channel(channel, timeout=1)
+    assert result.id == request_id and result.route == "error:worker_lost" and result.ok is False
+    assert result.model == "default" and result.finished_at is not None
+    assert abs(result.finished_at - time.time()) < 60 and result.metadata == {"batch": "b7"}
+    assert result.error is not None and result.error.message.startswith(
+        "the worker running this request stopped sending heartbeats (killed, crashed or hung) on every "
+        "attempt; check the worker logs")
+    assert client.result(request_id) == result and queue.job_ids == []
+    assert router.reaper.run_once(now=time.time() + ttl + 5) == 0  # reported once
+
+
+def test_the_reaper_handles_every_lost_job_of_every_model_in_one_pass(settings: Settings, redis: Redis) -> None:
+    settings = settings.model_copy(update={"router": settings.router.model_copy(update={"models": ["default", "big"]}),
+                                           "runtime": settings.runtime.model_copy(update={"job_retries": 0})})
+    client = Client(redis)
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    lost = [client.submit(f"story {i}", model="big", cache=False) for i in range(2)]
+    router.handle(router.read_batch())
+    settings_big = settings.model_copy(update={"model": settings.model.model_copy(update={"name": "big"})})
+    jobs = [start_like_a_worker_that_then_dies(settings_big, redis, "laya:llm:big") for _ in lost]
+    assert {job.id for job in jobs} == set(lost)
+    # The first queue ("default") has nothing lost; both jobs of the second are lost, with no retry left.
+    assert router.reaper.run_once(now=time.time() + settings.runtime.heartbeat_ttl_s + 5) == 2
+    assert [r.route for r in client.result_many(lost)] == ["error:worker_lost"] * 2  # type: ignore[union-attr]
 
 
 def test_a_worker_stops_on_sigterm_while_redis_is_down(tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -38,16 +39,27 @@ def pump(router: Router) -> int:
     return handled
 
 
-def test_rules_answer_and_model_requests_become_rq_jobs(settings: Settings, redis: Redis) -> None:
+def test_rules_answer_and_model_requests_become_rq_jobs(settings: Settings, redis: Redis,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
     router = make_router(settings, redis)
     client = Client(redis)
-    greet = client.submit("Hello")
+    before = time.time()
+    greet = client.submit("Hello", metadata={"from": "t"})
     ping = client.submit("ping me", id="p-1")
     model = client.submit("Tell me a story", max_tokens=7)
     routed = client.submit("Summarize: hours")  # a rule that sends to the model
-    assert pump(router) == 4
+    with caplog.at_level(logging.WARNING, logger="laya.router"):
+        assert pump(router) == 4
+    assert "commit failed" not in caplog.text  # one atomic commit, not the entry-by-entry fallback
 
-    assert client.result(greet).route == "rule:greeting"  # type: ignore[union-attr]
+    greeting = client.result(greet)
+    assert greeting is not None and greeting.route == "rule:greeting" and greeting.ok
+    # The record says how it was answered, for whom and how long it took.
+    assert greeting.metadata == {"from": "t"} and greeting.finished_at is not None
+    assert before <= greeting.finished_at <= time.time()
+    assert greeting.timings.route_us is not None and 0 < greeting.timings.route_us < 1_000_000
+    assert greeting.timings.total_ms is not None
+    assert greeting.timings.route_us / 1000 <= greeting.timings.total_ms <= (time.time() - before) * 1000
     assert client.result(ping).text == "pong p-1"  # type: ignore[union-attr]
     assert client.result(model) is None and client.result(routed) is None
     queue = Queue("laya:llm:default", connection=redis, serializer="json")
@@ -56,6 +68,11 @@ def test_rules_answer_and_model_requests_become_rq_jobs(settings: Settings, redi
     assert job is not None and job.func_name == JOB_FUNCTION
     payload = job.args[0]
     assert payload["max_tokens"] == 7 and payload["request"]["prompt"] == "Tell me a story"
+    assert 0 < payload["route_us"] < 1_000_000 and abs(payload["routed_at"] - time.time()) < 60
+    # What RQ keeps and shows (`rq info`): Laya's timeout and TTLs, and which request the job is.
+    assert job.timeout == settings.runtime.job_timeout_s
+    assert job.result_ttl == job.failure_ttl == settings.router.result_ttl_s
+    assert job.description == f"laya default {model}" and (job.retries_left or 0) == settings.runtime.job_retries
     # Everything was acknowledged and removed from the stream in the same commit.
     assert redis.xlen("laya:ingress") == 0
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
@@ -74,8 +91,12 @@ def test_bad_entries_get_error_results_and_the_router_goes_on(settings: Settings
     assert codes == {no_field: "invalid_request", bad_json: "invalid_json", "w1": "invalid_request",
                      binary: "invalid_json"}
     assert client.result(ok).route == "rule:greeting"  # type: ignore[union-attr]
-    assert "prompt" in client.result("w1").error.message  # type: ignore[union-attr]
-    assert wrong_type
+    # Answered under its own id (not the entry id XADD returned), naming the field, the value and the fix.
+    assert wrong_type != "w1" and client.result(wrong_type) is None
+    error = client.result("w1").error  # type: ignore[union-attr]
+    assert error is not None and error.field == "prompt"
+    assert error.message == "field 'prompt' = 5: Input should be a valid string"
+    assert client.result(no_field).error.message.endswith("XADD the request JSON under the field 'r'")  # type: ignore[union-attr]
 
 
 def test_cache_answers_from_redis_then_from_memory(settings: Settings, redis: Redis) -> None:
@@ -106,8 +127,16 @@ def test_admission_refuses_over_the_bound_with_retry_after(settings: Settings, r
     pump(router)
     results = [client.result(i) for i in ids]
     assert [r.route for r in results if r is not None] == ["rejected:overloaded"] * 2
-    assert all(r.retry_after_s == 7.0 and r.error.code == "overloaded" for r in results if r)  # type: ignore[union-attr]
+    assert all(r.retry_after_s == 7.0 and r.error.code == "overloaded" and r.ok is False  # type: ignore[union-attr]
+               for r in results if r)
+    assert "holds 3 jobs (bound 3); retry after 7 s" in results[-1].error.message  # type: ignore[union-attr]
     assert redis.llen("rq:queue:laya:llm:default") == 3
+    assert router.admission.depth("default") == 3  # the refused ones take no place in the queue
+    redis.delete("rq:queue:laya:llm:default")  # a worker drained the queue
+    router.publish_stats()  # re-reads the queue lengths
+    more = [client.submit(f"story number {i}") for i in range(5, 8)]
+    pump(router)
+    assert [client.result(i) for i in more] == [None] * 3 and router.admission.depth("default") == 3
 
 
 def test_a_result_is_written_once(settings: Settings, redis: Redis) -> None:
@@ -141,8 +170,13 @@ def test_reload_swaps_rules_and_a_bad_file_keeps_the_old_ones(settings: Settings
     client = Client(redis)
     routes.write_text('[[rule]]\nname="b"\nmatch="exact"\npatterns=["two"]\nreply="2"\n')
     assert router.reload_rules()
+    one, two = client.submit("one"), client.submit("two")
+    pump(router)
+    assert client.result(one) is None and client.result(two).route == "rule:b"  # type: ignore[union-attr]
     routes.write_text('[[rule]]\nname="c"\nmatch="regex"\npatterns=["("]\nreply="3"\n')
     assert not router.reload_rules()
+    routes.write_text('[[rule]]\nname="d"\nmatch="exact"\npatterns=["two"]\nmodel="no-such-model"\n')
+    assert not router.reload_rules()  # a rule may send only to a configured model
     two = client.submit("two")
     pump(router)
     assert client.result(two).route == "rule:b"  # type: ignore[union-attr]
@@ -199,7 +233,10 @@ def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis,
     client = Client(redis)
     tripped, greeting, story = client.submit("trip the wire"), client.submit("hello"), client.submit("a story")
     pump(router)
-    assert client.result(tripped).route == "error:internal"  # type: ignore[union-attr]
+    failed = client.result(tripped)
+    assert failed is not None and failed.route == "error:internal" and failed.error is not None
+    assert failed.error.message.endswith("; the router log has the details")
+    assert ("tripwire stage failed" if effect == "raise" else "could not enqueue this request") in failed.error.message
     assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
     assert Queue("laya:llm:default", connection=redis, serializer="json").job_ids == [story]
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0

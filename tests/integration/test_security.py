@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from rq import Queue
-from rq.job import JobStatus
+from rq import Callback, Queue
+from rq.job import Job, JobStatus
 
 from laya.backend import LlamaBackend
 from laya.client import Client
@@ -23,23 +23,93 @@ from laya.worker import run_worker
 
 from ..conftest import Server, free_port
 from ..processes import start_laya, stop_laya
+from .test_faults import start_like_a_worker_that_then_dies
 
 
-def test_pickled_and_callback_jobs_do_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
+def touch_marker(job: Job, connection: Redis, *args: object) -> None:
+    """A callback RQ would call (its signatures: ``(job, connection, result)`` on success,
+    ``(job, connection, type, value, traceback)`` on failure, ``(job, connection)`` when stopped)
+    and that leaves a trace if it ever runs."""
+    Path(job.meta["marker"]).write_text("ran")
+
+
+MARKER_CALLBACK = f"{__name__}.touch_marker"
+
+
+def laya_payload(request_id: str) -> dict[str, object]:
+    """What the router enqueues: a job that runs, and succeeds, if the worker lets it."""
+    return {"request": {"id": request_id, "prompt": "jello"}, "model": "default", "max_tokens": 4,
+            "routed_at": time.time()}
+
+
+def assert_refused(job: Job, redis: Redis, settings: Settings) -> None:
+    """The worker refused ``job`` itself: it did not run it and fail (the job function never started);
+    and the reaper does not queue it again for another refusal."""
+    from laya.router import Router
+
+    job.refresh()
+    assert job.get_status() == JobStatus.FAILED
+    assert "refused: not a Laya job" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
+    assert not redis.exists(f"laya:result:{job.id}"), "laya.jobs.generate ran"
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    reaper = Router(settings, redis, consumer="t").reaper
+    for later in (0, settings.runtime.heartbeat_ttl_s + 1, 2 * settings.runtime.heartbeat_ttl_s + 2):
+        reaper.run_once(now=time.time() + later)
+    assert queue.job_ids == [] and queue.intermediate_queue.get_job_ids() == []
+
+
+def test_pickled_jobs_do_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     pickled = Queue("laya:llm:default", connection=redis)  # RQ's default serializer: pickle
     pickled_job = pickled.enqueue("os.system", f"touch {marker}")
-    json_queue = Queue("laya:llm:default", connection=redis, serializer="json")
-    from rq import Callback
-
-    sneaky = json_queue.enqueue("laya.jobs.generate", {"request": {"prompt": "x"}},
-                                on_success=Callback("os.system"), on_failure=Callback("os.system"))
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert not marker.exists()
-    sneaky.refresh()
-    assert sneaky.get_status() == JobStatus.FAILED
-    assert redis.llen("rq:queue:laya:llm:default") == 0, "the worker left a job it could not read"
-    assert pickled_job.id not in json_queue.job_ids
+    # Refused, not failed while running: the JSON serializer cannot even name its function.
+    assert_refused(Job.fetch(pickled_job.id, connection=redis), redis, settings)
+
+
+@pytest.mark.parametrize("callback", ["on_success", "on_failure", "on_stopped"])
+def test_a_job_naming_a_callback_is_refused(settings: Settings, redis: Redis, tmp_path: Path,
+                                            callback: str) -> None:
+    marker = tmp_path / "pwned"
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    job = queue.enqueue("laya.jobs.generate", laya_payload("cb"), job_id="cb", meta={"marker": str(marker)},
+                        **{callback: Callback(MARKER_CALLBACK)})
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    assert_refused(job, redis, settings)
+    assert not marker.exists()
+
+
+def test_a_job_naming_a_dependency_is_refused(settings: Settings, redis: Redis) -> None:
+    elsewhere = Queue("elsewhere", connection=redis, serializer="json")
+    first = elsewhere.enqueue("laya.jobs.generate", laya_payload("first"), job_id="first")
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    job = queue.enqueue("laya.jobs.generate", laya_payload("dependent"), job_id="dependent", depends_on=first)
+    queue.push_job_id(job.id)  # RQ deferred it; whoever can write to Redis can queue it all the same
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    assert_refused(job, redis, settings)
+
+
+def test_the_reaper_deletes_an_abandoned_job_that_is_not_laya_s(settings: Settings, redis: Redis,
+                                                               tmp_path: Path) -> None:
+    from laya.router import Router
+
+    marker = tmp_path / "pwned"
+    client = Client(redis)
+    request_id = client.submit("a story", max_tokens=4)
+    router = Router(settings, redis, consumer="t")
+    router.ensure_group()
+    router.handle(router.read_batch())
+    job = start_like_a_worker_that_then_dies(settings, redis)
+    # Whoever can write to Redis adds a failure callback to the running job; RQ's cleanup of an
+    # abandoned job calls it, so the reaper must get rid of the job first.
+    job._failure_callback_name = MARKER_CALLBACK
+    job.meta["marker"] = str(marker)
+    job.save()
+    assert router.reaper.run_once(now=time.time() + 3600) == 0
+    assert not marker.exists()
+    assert not redis.exists(job.key), "the job is still there"
+    assert client.result(request_id) is None  # not answered as a lost Laya job either
 
 
 def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path, tiny_model: Path,
@@ -87,7 +157,6 @@ def test_size_limits_are_enforced_at_the_router(settings: Settings, redis: Redis
         router.handle(entries)
     codes = {i: client.result(i).error.code for i in (*big, *many, *tokens)}  # type: ignore[union-attr]
     assert codes == {"big": "too_large", "many": "too_large", "tokens": "invalid_request"}
-    time.sleep(0)
 
 
 def _make_certificates(directory: Path) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 from redis import Redis
 from rq import Queue, Retry
@@ -16,6 +17,7 @@ from laya.backend import LlamaBackend
 from laya.client import Client
 from laya.config import Settings
 from laya.jobs import JOB_FUNCTION
+from laya.keys import Keys
 from laya.router import Router
 from laya.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
 from laya.worker import run_worker
@@ -70,7 +72,6 @@ def test_a_job_naming_another_function_does_not_run(settings: Settings, redis: R
     job.refresh()
     assert job.get_status() == JobStatus.FAILED
     assert "not a Laya job function" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
-    assert os.path.exists(tmp_path)
 
 
 def test_a_timed_out_job_gets_an_error_result(settings: Settings, redis: Redis, endless_model: Path) -> None:
@@ -128,14 +129,52 @@ def test_an_unexpected_worker_failure_still_answers_the_producer(settings: Setti
     queue.enqueue(JOB_FUNCTION, {"request": {"id": "broken", "prompt": "a"}, "model": "default"},
                   job_id="broken", retry=Retry(max=1))
     queue.enqueue(JOB_FUNCTION, {"request": "not an object", "model": 5}, job_id="garbled")
+    queue.enqueue(JOB_FUNCTION, "not an object at all", job_id="stringly")
+    queue.enqueue(JOB_FUNCTION, job_id="argless")
+    queue.enqueue(JOB_FUNCTION, {"request": {"id": "odd", "prompt": "a", "reply_to": 5, "metadata": {"k": [1, 2]}},
+                                 "model": "default"}, job_id="odd")
     client = Client(redis)
     after = client.submit("jello", max_tokens=4)
     route_all(settings, redis)
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     result = client.wait("broken", timeout=5)
     assert result.route == "error:internal" and "KeyError" in result.error.message  # type: ignore[union-attr]
-    assert client.wait("garbled", timeout=5).route == "error:internal"
+    assert result.model == "default" and result.finished_at is not None
+    for job_id in ("garbled", "stringly", "argless", "odd"):
+        answer = client.result(job_id)
+        assert answer is not None and answer.route == "error:internal" and answer.metadata == {}, job_id
+        assert redis.llen(f"laya:done:{job_id}") == 1, job_id  # its waiter was woken where it waits
+    assert client.result("garbled").model is None  # type: ignore[union-attr]
     assert client.wait(after, timeout=5).route == "model:default"  # the worker went on
+
+
+def test_a_model_answer_wakes_the_producer_s_reply_channel(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    channel = client.new_channel()
+    before = time.time()
+    [request_id, uncached] = client.submit_many(
+        [{"prompt": "jello", "max_tokens": 4, "submitted_at": before, "metadata": {"n": 1}},
+         {"prompt": "kello", "max_tokens": 4, "cache": False}], reply_to=channel)
+    route_all(settings, redis)
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    results = {r.id: r for r in client.poll_channel(channel, timeout=5)}
+    result = results[request_id]
+    assert result.text == "pqrs" and not redis.exists(f"laya:done:{request_id}")
+    assert result.model == "default" and result.metadata == {"n": 1} and result.finish_reason == "length"
+    assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens == 4
+    timings = result.timings
+    assert timings.total_ms is not None and timings.generation_ms is not None and timings.ttft_ms is not None
+    assert timings.queue_wait_ms is not None and timings.tokens_per_s is not None and timings.tokens_per_s > 0
+    assert timings.ttft_ms <= timings.generation_ms <= timings.total_ms <= (time.time() - before) * 1000
+    assert timings.queue_wait_ms <= timings.total_ms
+    # Its answer was cached, with the fields the cache stage answers from and the cache's TTL; the
+    # request that asked for no cache left nothing there.
+    [key] = redis.keys("laya:cache:*")
+    cached = orjson.loads(redis.get(key))  # type: ignore[arg-type]
+    assert cached == {"text": "pqrs", "model": "default", "finish_reason": "length",
+                      "usage": result.usage.model_dump()}
+    assert 0 < redis.ttl(key) <= settings.router.cache_ttl_s
+    assert results[uncached].route == "model:default"
 
 
 def test_the_heartbeat_keeps_only_its_own_lock(settings: Settings, redis: Redis, endless_model: Path,
@@ -164,3 +203,112 @@ def test_the_heartbeat_keeps_only_its_own_lock(settings: Settings, redis: Redis,
     assert redis.get(f"laya:lock:{request_id}") == b"another-worker"
     assert redis.ttl(f"laya:lock:{request_id}") > endless.runtime.lock_ttl_s
     assert caplog.text.count(f"lost the lock on request {request_id}") == 1
+
+
+def test_a_worker_skips_a_request_that_already_has_a_result(settings: Settings, redis: Redis,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    from laya.results import ResultStore
+    from laya.schema import Result
+
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=4)
+    route_all(settings, redis)
+    # Another worker answered it first (the job was delivered twice): this delivery must not run the model.
+    ResultStore(redis, Keys("laya"), ttl_s=3600).write(Result(id=request_id, route="model:default", ok=True,
+                                                            text="first answer"), None)
+    with caplog.at_level(logging.INFO, logger="laya.worker"):
+        run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    assert job is not None and job.return_value() == {"route": "duplicate"}
+    assert f"request {request_id} already has a result; not running it again" in caplog.text
+    assert client.result(request_id).text == "first answer"  # type: ignore[union-attr]
+    assert not redis.exists(f"laya:lock:{request_id}")
+
+
+def test_a_worker_does_not_run_a_request_another_worker_holds(settings: Settings, redis: Redis,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=4)
+    route_all(settings, redis)
+    redis.set(f"laya:lock:{request_id}", "the-other-worker", ex=60)  # it is running there right now
+    with caplog.at_level(logging.INFO, logger="laya.worker"):
+        run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    assert job is not None and job.return_value() == {"route": "duplicate"}
+    assert f"request {request_id} is running on b'the-other-worker'; not running it twice" in caplog.text
+    assert client.result(request_id) is None  # the holder answers it
+    assert redis.get(f"laya:lock:{request_id}") == b"the-other-worker"  # and keeps its lock
+
+
+def test_a_worker_holds_the_request_s_lock_while_it_runs_and_releases_it(settings: Settings,
+                                                                        redis: Redis) -> None:
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=8)
+    route_all(settings, redis)
+    backend = LlamaBackend(settings)
+    seen: list[tuple[bytes | None, int]] = []
+    original = backend.llm.detokenize
+
+    def look_at_the_lock(tokens: list[int], *args: object, **kwargs: object) -> bytes:
+        lock = f"laya:lock:{request_id}"
+        seen.append((redis.get(lock), int(redis.ttl(lock))))
+        return original(tokens, *args, **kwargs)  # type: ignore[arg-type]
+
+    backend.llm.detokenize = look_at_the_lock  # type: ignore[method-assign]
+    run_worker(settings, redis, burst=True, backend=backend)
+    assert client.wait(request_id, timeout=5).route == "model:default"
+    holder, ttl = seen[0]
+    assert holder is not None and holder.startswith(b"laya-default-")
+    assert 0 < ttl <= settings.runtime.lock_ttl_s
+    assert not redis.exists(f"laya:lock:{request_id}")
+
+
+@pytest.mark.parametrize("job_retries", [0, 2])
+def test_an_unexpected_failure_is_retried_job_retries_times(settings: Settings, redis: Redis,
+                                                           job_retries: int) -> None:
+    """``runtime.job_retries``, from the router's job to the worker's retry, with a fault that clears."""
+    settings = settings.model_copy(update={"runtime": settings.runtime.model_copy(
+        update={"job_retries": job_retries})})
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=4)
+    route_all(settings, redis)
+    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    assert job is not None and (job.retries_left or 0) == job_retries
+    backend = LlamaBackend(settings)
+    attempts = 0
+    generate = backend.generate
+
+    def fails_twice(*args: Any, **kwargs: Any) -> Any:
+        nonlocal attempts
+        attempts += 1
+        if attempts <= 2:
+            raise RuntimeError(f"a fault Laya did not expect (attempt {attempts})")
+        return generate(*args, **kwargs)
+
+    backend.generate = fails_twice  # type: ignore[method-assign]
+    run_worker(settings, redis, burst=True, backend=backend)
+    result = client.wait(request_id, timeout=5)
+    if job_retries:
+        assert attempts == 3 and result.route == "model:default" and result.text == "pqrs"
+    else:
+        assert attempts == 1 and result.route == "error:internal"
+        assert "attempt 1" in result.error.message  # type: ignore[union-attr]
+
+
+def test_a_worker_stops_listening_for_commands_within_seconds(settings: Settings, redis: Redis) -> None:
+    from laya.worker import LayaWorker, _StopSignal
+
+    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    with _StopSignal() as stop:
+        worker = LayaWorker([queue], settings=settings, backend=LlamaBackend(settings), connection=redis, stop=stop)
+    worker.subscribe()
+    time.sleep(0.3)
+    # RQ's teardown unsubscribes, then stops the listener thread and waits for it. When the thread
+    # reads the unsubscribe reply first, it waits for a new subscription for a whole poll (RQ's:
+    # 60 s) before it sees the stop. Make that race certain: unsubscribe, and let the thread read it.
+    assert worker.pubsub is not None
+    worker.pubsub.unsubscribe()
+    time.sleep(0.5)
+    started = time.monotonic()
+    worker.unsubscribe()
+    assert time.monotonic() - started < 5

@@ -13,17 +13,23 @@ from redis import Redis
 
 from laya.config import Settings
 from laya.errors import DoesNotFit, GGUFError, UnplannableModel
+from laya.machine import GiB, Machine
 from laya.tinymodel import TinyModelSpec, write_tiny_model
 from laya.worker import plan_and_load
 
 from ..conftest import Server
-from ..gguf_headers import QWEN25_7B, write_header
+from ..gguf_headers import QWEN25_7B, Arch, write_header
+
+# Far more than any machine holds (13 TiB of Q4_K_M weights), so the refusal does not depend on the host.
+GIANT = Arch("qwen2", "Qwen-like giant", 400, 65536, 512, 64, 262144, 152064, 32768)
+# A small machine to plan for in process (the planner's equivalent of `laya plan --ram 1GiB --vram 0`).
+SMALL = Machine(ram_total=2 * GiB, ram_available=1 * GiB, source="given")
 
 
 def test_worker_refuses_a_model_that_does_not_fit(tmp_path: Path, redis_server: Server) -> None:
-    model = write_header(tmp_path / "qwen.gguf", QWEN25_7B)  # 4.4 GB of weights, planned on the CPU here
+    model = write_header(tmp_path / "giant.gguf", GIANT)
     env = {**os.environ, "LAYA_REDIS_URL": redis_server.url, "LAYA_MODEL_PATH": str(model),
-           "LAYA_MEMORY__BUDGET_FRACTION": "0.06", "LAYA_RUNTIME__MAX_SEQ_LEN": "2048"}
+           "LAYA_RUNTIME__MAX_SEQ_LEN": "2048"}
     done = subprocess.run([sys.executable, "-m", "laya", "worker", "--burst"], env=env, capture_output=True,
                           text=True, timeout=60, check=False)
     assert done.returncode == 2
@@ -34,24 +40,21 @@ def test_worker_refuses_a_model_that_does_not_fit(tmp_path: Path, redis_server: 
 def test_worker_shrinks_the_context_and_says_so(settings: Settings, caplog: pytest.LogCaptureFixture) -> None:
     greedy = settings.model_copy(update={
         "runtime": settings.runtime.model_copy(update={"max_seq_len": 1_048_576}),
-        "memory": settings.memory.model_copy(update={"budget_fraction": 0.06}),
+        "memory": settings.memory.model_copy(update={"budget_fraction": 0.5}),
     })
     with caplog.at_level("INFO", logger="laya.worker"):
-        backend, plan = plan_and_load(greedy)
-    assert plan.verdict == "shrink"
-    assert backend.n_ctx == plan.planned.ctx < 1_048_576
-    assert any("does not fit this machine" in r.message for r in caplog.records)
-    assert any("resident memory" in r.message for r in caplog.records)
+        backend, plan = plan_and_load(greedy, machine=SMALL)
+    assert plan is not None and plan.verdict == "shrink"
+    assert backend.n_ctx == plan.planned.ctx and 256 <= plan.planned.ctx < 1_048_576
+    assert f"max_seq_len 1048576 does not fit this machine: using {plan.planned.ctx} tokens" in caplog.text
+    assert "resident memory" in caplog.text
 
 
 def test_refusal_raises_unless_forced(tmp_path: Path, settings: Settings) -> None:
-    model = write_header(tmp_path / "qwen.gguf", QWEN25_7B)
-    tight = settings.model_copy(update={
-        "model": settings.model.model_copy(update={"path": model}),
-        "memory": settings.memory.model_copy(update={"budget_fraction": 0.06}),
-    })
-    with pytest.raises(DoesNotFit):
-        plan_and_load(tight)
+    model = write_header(tmp_path / "qwen.gguf", QWEN25_7B)  # 4.4 GB of weights
+    tight = settings.model_copy(update={"model": settings.model.model_copy(update={"path": model})})
+    with pytest.raises(DoesNotFit, match="verdict REFUSE"):
+        plan_and_load(tight, machine=SMALL)
 
 
 def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) -> None:

@@ -31,32 +31,61 @@ def test_chat_request_text_is_last_user_message() -> None:
     assert request.text == "second"
 
 
-@pytest.mark.parametrize(("fields", "code", "field"), [
-    ({b"x": b"1"}, "invalid_request", "r"),
-    ({b"r": b"{not json"}, "invalid_json", None),
-    ({b"r": b"\xff\xfe\x00"}, "invalid_json", None),
-    ({b"r": b"[1, 2]"}, "invalid_request", None),
-    (entry({"prompt": 42}), "invalid_request", "prompt"),
-    (entry({"prompt": "   "}), "invalid_request", None),
-    (entry({}), "invalid_request", None),
-    (entry({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}), "invalid_request", None),
-    (entry({"prompt": "a", "colour": "red"}), "invalid_request", "colour"),
-    (entry({"prompt": "a", "max_tokens": -1}), "invalid_request", "max_tokens"),
-    (entry({"prompt": "a", "max_tokens": 101}), "invalid_request", "max_tokens"),
-    (entry({"prompt": "a", "temperature": "hot"}), "invalid_request", "temperature"),
-    (entry({"prompt": "a\x00b"}), "invalid_request", "prompt"),
-    (entry({"prompt": "a", "model": "gpt-9"}), "unknown_model", "model"),
-    (entry({"prompt": "a", "id": "has space"}), "invalid_request", "id"),
-    (entry({"prompt": "x" * 20_000}), "too_large", None),
-    (entry({"messages": [{"role": "user", "content": "m"}] * 5}), "too_large", "messages"),
-    ({b"r": b"[" * 5000 + b"]" * 5000}, "invalid_json", None),
+@pytest.mark.parametrize(("fields", "code", "field", "says"), [
+    ({b"x": b"1"}, "invalid_request", "r", ["got 'x'", "XADD the request JSON under the field 'r'"]),
+    ({b"r": b"{not json"}, "invalid_json", None, ["not valid UTF-8 JSON", "line 1 column 2"]),
+    ({b"r": b"\xff\xfe\x00"}, "invalid_json", None, ["not valid UTF-8"]),
+    ({b"r": b"[1, 2]"}, "invalid_request", None, ["must be a JSON object", "got list"]),
+    (entry({"prompt": 42}), "invalid_request", "prompt", ["'prompt' = 42", "should be a valid string"]),
+    (entry({"prompt": "   "}), "invalid_request", None, ["'prompt' is empty", "send the text"]),
+    (entry({}), "invalid_request", None, ["give exactly one of 'prompt' or 'messages'"]),
+    (entry({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}), "invalid_request", None,
+     ["give exactly one of 'prompt' or 'messages'"]),
+    (entry({"prompt": "a", "colour": "red"}), "invalid_request", "colour",
+     ["'colour' = 'red'", "remove it", "fields are id, prompt, messages"]),
+    (entry({"prompt": "a", "max_tokens": -1}), "invalid_request", "max_tokens",
+     ["'max_tokens' = -1", "greater than or equal to 1"]),
+    (entry({"prompt": "a", "max_tokens": 101}), "invalid_request", "max_tokens",
+     ["'max_tokens' = 101", "over the limit of 100", "runtime.max_tokens_limit"]),
+    (entry({"prompt": "a", "temperature": "hot"}), "invalid_request", "temperature",
+     ["'temperature' = 'hot'", "should be a valid number"]),
+    (entry({"prompt": "a\x00b"}), "invalid_request", "prompt", ["NUL characters", "strip them"]),
+    (entry({"messages": [{"role": "user", "content": "a\x00b"}]}), "invalid_request", "prompt",
+     ["NUL characters", "strip them"]),
+    (entry({"prompt": "a", "model": "gpt-9"}), "unknown_model", "model", ["'model' = 'gpt-9'", "known: default"]),
+    (entry({"prompt": "a", "id": "has space"}), "invalid_request", "id",
+     ["'id' = 'has space'", "use 1-128 letters, digits, '_' or '-'", "or leave it out"]),
+    (entry({"prompt": "x" * 20_000}), "too_large", None,
+     ["20013 bytes", "over the limit of 10000", "send a shorter prompt or split the work"]),
+    (entry({"messages": [{"role": "user", "content": "m"}] * 5}), "too_large", "messages",
+     ["5 messages", "over the limit of 4", "shorten the conversation"]),
+    ({b"r": b"[" * 5000 + b"]" * 5000}, "invalid_json", None, ["depth limit exceeded"]),
 ])
-def test_bad_entries_give_a_code_and_say_what_to_fix(fields: dict[bytes, bytes], code: str, field: str | None) -> None:
+def test_bad_entries_give_a_code_and_say_what_to_fix(fields: dict[bytes, bytes], code: str, field: str | None,
+                                                     says: list[str]) -> None:
+    """The code, the field, the value that was wrong and what to do about it (the README's promise)."""
     with pytest.raises(RequestError) as info:
         decode_request(fields, LIMITS)
     assert info.value.code == code
     assert info.value.field == field
-    assert len(info.value.message) > 10
+    for part in says:
+        assert part in info.value.message
+
+
+def test_a_value_too_long_to_show_is_cut_and_a_container_is_described() -> None:
+    with pytest.raises(RequestError) as info:
+        decode_request(entry({"prompt": "a", "stop": "s" * 500}), LIMITS)
+    assert "'stop' = 'sssss" in info.value.message and "..." in info.value.message
+    assert len(info.value.message) < 300
+    with pytest.raises(RequestError) as info:
+        decode_request(entry({"prompt": ["a"] * 1000}), LIMITS)
+    assert "'prompt' = <list of 1000 items>" in info.value.message
+
+
+def test_several_problems_are_counted() -> None:
+    with pytest.raises(RequestError) as info:
+        decode_request(entry({"prompt": 5, "temperature": "hot", "top_k": "x"}), LIMITS)
+    assert info.value.message.endswith("(and 2 more problems)")
 
 
 def test_unknown_model_lists_the_known_ones() -> None:

@@ -1,0 +1,128 @@
+"""Mutation testing of the modules that carry Laya's guarantees (slow: not part of CI).
+
+    .venv/bin/pip install -e ".[test,dev]"
+    python bench/mutation.py                      # every guarantee module; hours on two cores
+    python bench/mutation.py laya/jobs.py         # one module
+    python bench/mutation.py --list               # what the last run left, without running again
+
+mutmut changes the code one small step at a time (``==`` to ``!=``, a constant, a
+deleted call) and runs the tests that reach the changed function; a change that
+no test notices ("survived") is a guarantee no test protects. The modules:
+
+* ``laya/jobs.py``: the job allowlist (:func:`laya.jobs.is_laya_job`), the
+  duplicate-delivery guards and the job's own error results;
+* ``laya/results.py``: the write-once result script and its callers;
+* ``laya/reaper.py``: lost jobs, retries, non-Laya jobs in the started registry;
+* ``laya/codec.py``: the size limits and the bad-input messages;
+* ``laya/router.py``: admission, the atomic commit and the stage order.
+
+It runs in a copy of the checkout (``--workdir``, default a temporary folder),
+so the working tree is never changed, and only the in-process tests of those
+modules (``TESTS``): tests that start ``laya`` as a subprocess would import the
+unmutated package. Results (every survivor, with its diff) go to
+``bench/results/mutation_run.txt``; ``bench/results/mutation.md`` is the
+reviewed account: which survivors are equivalent, and why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+MODULES = ["laya/jobs.py", "laya/results.py", "laya/reaper.py", "laya/codec.py", "laya/router.py"]
+TESTS = [
+    "tests/unit/test_schema_codec.py",
+    "tests/unit/test_cache.py",
+    "tests/integration/test_router.py",
+    "tests/integration/test_worker.py",
+    "tests/integration/test_security.py",
+    "tests/integration/test_faults.py",
+    # Tests that run `laya` (or a worker script) as a subprocess see the installed, unmutated package.
+    "-k", ("not password and not tls and not killed and not real_processes and not sigterm and not aof "
+           "and not duplicate_delivery and not overload and not cannot_reach and not signal and not reclaimed "
+           "and not stops_listening"),
+]
+
+
+def mutmut_config(modules: list[str]) -> str:
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+    return (
+        "\n[tool.mutmut]\n"
+        f"source_paths = {toml_list(['laya'])}\n"
+        f"only_mutate = {toml_list(modules)}\n"
+        f"also_copy = {toml_list(['tests', 'configs'])}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(TESTS)}\n"
+        # llama.cpp's CPU threads do not survive a fork: a mutant forked from the process that ran the
+        # tests to collect coverage hangs in its first generation. The fork server has run none.
+        'process_isolation = "forkserver"\n'
+        # The integration tests start Valkey servers and load llama.cpp: slower than mutmut assumes.
+        "timeout_multiplier = 5.0\n"
+        "timeout_constant = 20.0\n"
+    )
+
+
+def prepare(workdir: Path, modules: list[str]) -> None:
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    for name in ("laya", "tests", "configs"):
+        shutil.copytree(ROOT / name, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (workdir / "pyproject.toml").write_text(pyproject + mutmut_config(modules))
+
+
+def mutmut(workdir: Path, *args: str, check: bool = True) -> str:
+    done = subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=workdir, capture_output=True, text=True,
+                          check=False)
+    if check and done.returncode != 0:
+        raise SystemExit(f"mutmut {' '.join(args)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                         f"{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def report(workdir: Path, elapsed_s: float | None) -> str:
+    """Every mutant's status, then each survivor's diff."""
+    listing = mutmut(workdir, "results", "--all", "true", check=False)
+    lines = [line.strip() for line in listing.splitlines() if ":" in line]
+    statuses: dict[str, int] = {}
+    for line in lines:
+        status = line.rsplit(":", 1)[1].strip()
+        statuses[status] = statuses.get(status, 0) + 1
+    survivors = [line.rsplit(":", 1)[0].strip() for line in lines if line.endswith(": survived")]
+    out = ["mutmut on " + ", ".join(MODULES) + (f"; {elapsed_s / 60:.0f} min" if elapsed_s else ""),
+           "tests: " + " ".join(TESTS), "",
+           "status counts: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())), ""]
+    for name in survivors:
+        out += [f"== {name}", mutmut(workdir, "show", name, check=False).strip(), ""]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", default=MODULES, help="modules to mutate (default: all five)")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "laya-mutation")
+    parser.add_argument("--list", action="store_true", help="report the last run in --workdir, run nothing")
+    args = parser.parse_args()
+    elapsed = None
+    if not args.list:
+        prepare(args.workdir, args.modules)
+        started = time.monotonic()
+        mutmut(args.workdir, "run", "--max-children", "2")
+        elapsed = time.monotonic() - started
+    text = report(args.workdir, elapsed)
+    (RESULTS / "mutation_run.txt").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

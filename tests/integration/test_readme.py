@@ -1,0 +1,116 @@
+"""The README's commands, run as the README writes them, so the README cannot drift from the tool (issue 14).
+
+Each shell block marked ``<!-- readme-test: NAME -->`` in README.md runs in
+bash, unchanged, in a fresh directory that looks like a fresh clone after the
+quick start's install: a copy of the checkout's ``configs/`` and
+``producers/``, and ``.venv`` linking to the virtualenv this test runs in
+(its ``bin/`` is also first on PATH, as after ``. .venv/bin/activate``).
+
+What is not re-run: the install steps of the quick start (``python3 -m venv
+.venv`` and ``.venv/bin/pip install -e .``, dropped from their ``&&`` chain).
+The test runs inside a virtualenv installed exactly that way already, and a
+second install would take minutes (llama-cpp-python compiles).
+
+What is adapted: the port. ``laya up`` (block ``up``) serves the embedded
+Valkey on a free port instead of 6390, through ``LAYA_REDIS__EMBEDDED_PORT``,
+which every ``laya`` command and the producers read the same way, so the
+commands themselves stay as written.
+
+The order is the README's: the demo (which writes ``.laya/laya-tiny-demo.gguf``),
+then ``laya up`` and the commands run against it, then the memory examples on
+the demo model. The real-model examples (Qwen files a newcomer does not have)
+are the unmarked blocks; :func:`test_every_example_block_is_run_or_needs_a_real_model`
+keeps them that way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from ..conftest import free_port
+from .running import RunningUp
+
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+MARKED = re.compile(r"<!-- readme-test: (\S+) -->\n```sh\n(.*?)```", re.DOTALL)
+SECTIONS = ("## Quick start", "## Using a real model", "## Memory: plan before loading")
+
+
+def blocks() -> dict[str, str]:
+    return {name: body for name, body in MARKED.findall(README.read_text())}
+
+
+def without_install(block: str) -> str:
+    """The block minus the install steps of an ``&&`` chain (see the module docstring)."""
+    lines = []
+    for line in block.splitlines():
+        steps = [s for s in line.split(" && ") if not re.match(r"\s*(python3 -m venv|\S*pip install)", s)]
+        lines.append(" && ".join(steps))
+    return "\n".join(lines)
+
+
+def run(block: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{block}\nexited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+def fresh_clone(tmp_path: Path) -> Path:
+    clone = tmp_path / "laya"
+    clone.mkdir()
+    for folder in ("configs", "producers"):
+        shutil.copytree(REPO / folder, clone / folder)
+    (clone / ".venv").symlink_to(sys.prefix)
+    return clone
+
+
+def test_the_readme_runs_as_written(tmp_path: Path) -> None:
+    found = blocks()
+    assert set(found) == {"demo", "up", "with-up", "plan"}, sorted(found)
+    clone = fresh_clone(tmp_path)
+    bin_dir = Path(sys.prefix) / "bin"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=sys.prefix,
+               LAYA_REDIS__EMBEDDED_PORT=str(free_port()))
+
+    demo = run(without_install(found["demo"]), clone, env)
+    assert "laya demo" in found["demo"] and "demo finished; everything is stopped." in demo.stderr
+    assert "sample batch: .laya/demo-requests.jsonl, 47 lines" in demo.stderr  # what the README says it sends
+    for route in ("rule:greeting", "rule:ping", "rule:status", "rule:echo", "model:default", "cache"):
+        assert route in demo.stdout, demo.stdout
+
+    up = RunningUp(found["up"].strip(), cwd=clone, env=env)
+    try:
+        up.wait_for("laya is up on")
+        assert "0 rules loaded" not in up.text()
+        used = run(found["with-up"], clone, env)
+    finally:
+        up.close()
+    assert used.stdout.startswith("Hello! Send a task and Laya will queue it for the model.\n"), used.stdout
+    assert '"route":"model:default"' in used.stdout  # the haiku's record, from `laya result "$id" --wait`
+    routes = [orjson.loads(line)["route"] for line in (clone / "results.jsonl").read_bytes().splitlines()]
+    assert routes[:2] == ["rule:greeting", "rule:status"] and "rule:ping" in routes, routes
+    assert "ticket 1: [rule:status]" in used.stdout and "ticket 3: [rule:greeting]" in used.stdout
+
+    planned = run(found["plan"], clone, env)
+    assert planned.stdout.count("verdict FITS") == 2 and '"verdict": "fits"' in planned.stdout, planned.stdout
+    assert (clone / "configs" / "local.toml").exists()
+
+
+def test_every_example_block_is_run_or_needs_a_real_model() -> None:
+    """A new example in these sections must be marked (and so run), unless it needs what a newcomer lacks."""
+    text = README.read_text()
+    for heading in SECTIONS:
+        section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+        marked = {body for _, body in MARKED.findall(section)}
+        for body in re.findall(r"```sh\n(.*?)```", section, re.DOTALL):
+            needs = re.search(r"qwen|/models/|pip install|pytest", body, re.IGNORECASE)
+            assert body in marked or needs, f"an example under {heading!r} is neither run nor real-model:\n{body}"
