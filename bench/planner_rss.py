@@ -30,6 +30,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "planner_rss.md"
 CHILD = r"""
 import json, sys, time
 from laya.config import Settings
+from laya.backend import Controls
 from laya.worker import plan_and_load, resident_bytes
 from laya.schema import Request
 baseline = resident_bytes()
@@ -38,7 +39,7 @@ settings = Settings.model_validate({"model": {"path": sys.argv[1], "cpu_extra_bu
 backend, plan = plan_and_load(settings)
 # A prompt that fills the window touches every page of the KV cache and compute buffers: the worst case.
 backend.generate(Request(prompt="x" * (int(sys.argv[2]) - 80)), max_tokens=16,
-                 deadline=time.monotonic() + 60, on_token=lambda n: None)
+                 controls=Controls(deadline=time.monotonic() + 60, on_token=lambda n: None))
 print(json.dumps({"baseline": baseline, "rss": resident_bytes(), "predicted": plan.ram_predicted,
                   "kv": plan.kv_cache, "n_ctx": backend.n_ctx}))
 """

@@ -11,23 +11,23 @@ by their message.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
-
 from laya.errors import ContextTooLong, GenerationTimeout, InferenceError, InvalidRequest, ModelLoadError
 from laya.schema import Request
 
 if TYPE_CHECKING:
+    import numpy as np
     from llama_cpp import Llama
 
     from laya.config import Settings
 
-__all__ = ["Generation", "LLMBackend", "LlamaBackend", "ScriptedBackend"]
+__all__ = ["Controls", "Generation", "LLMBackend", "LlamaBackend", "ScriptedBackend"]
 
 # llama.cpp's ggml_type numbers for the KV cache types Laya offers.
 GGML_KV_TYPE = {"f16": 1, "q4_0": 2, "q8_0": 8}
@@ -37,7 +37,8 @@ GGML_KV_TYPE = {"f16": 1, "q4_0": 2, "q8_0": 8}
 class Generation:
     text: str
     finish_reason: str
-    """``stop`` (model or stop string ended it), ``length`` (max_tokens), ``context`` (window full)."""
+    """``stop`` (model or stop string ended it), ``length`` (max_tokens), ``context`` (window full),
+    ``deadline`` (the request's ``cut_at`` passed: the text so far)."""
     prompt_tokens: int
     completion_tokens: int
     ttft_s: float
@@ -49,12 +50,28 @@ OnToken = Callable[[int], None]
 """Called with the count of generated tokens so far: after every generated token, and with 0
 after every ``n_batch`` chunk of a long prompt (heartbeats)."""
 
+OnText = Callable[[str], None]
+"""Called with text as it is generated, for streaming: the pieces, concatenated, are a prefix of the final
+text (text that may turn out to be part of a stop string is held back until it cannot)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """What a job asks of a generation beyond the request's sampling parameters."""
+
+    deadline: float
+    """Monotonic clock: past it the job failed (``runtime.job_timeout_s``): :class:`GenerationTimeout`."""
+    cut_at: float | None = None
+    """Monotonic clock: past it the request's own ``deadline_s`` has passed; stop and keep the text so far."""
+    on_token: OnToken = lambda _count: None
+    on_text: OnText | None = None
+
 
 class LLMBackend(Protocol):
     name: str
     n_ctx: int
 
-    def generate(self, request: Request, *, max_tokens: int, deadline: float, on_token: OnToken) -> Generation: ...
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation: ...
 
 
 class LlamaBackend:
@@ -135,7 +152,7 @@ class LlamaBackend:
         assert request.prompt is not None
         return self.llm.tokenize(request.prompt.encode(), add_bos=True, special=False), []
 
-    def generate(self, request: Request, *, max_tokens: int, deadline: float, on_token: OnToken) -> Generation:
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
         tokens, extra_stop = self.tokenize(request)
         room = self.n_ctx - len(tokens)
         if room < 1:
@@ -144,18 +161,26 @@ class LlamaBackend:
                 f"{self.n_ctx}; shorten the prompt or raise max_seq_len", field="prompt")
         budget = min(max_tokens, room)
         stops = [*request.stop, *extra_stop]
+        grammar = None
+        if request.response_format is not None:
+            from laya.structured import grammar_for
+
+            grammar = grammar_for(request.response_format)
         if request.seed is not None:
             self.llm.set_seed(request.seed)
         eos = self.llm.token_eos()
         out = bytearray()
+        pieces = _Pieces(controls.on_text, stops)
         count, finish = 0, "length"
         started = time.monotonic()
         first = last = started
         try:
-            self._evaluate_prompt(tokens, deadline, on_token)
+            if self._evaluate_prompt(tokens, controls):
+                finish, budget = "deadline", 0
             # reset=False: continue from the cache _evaluate_prompt left, without generate's own prefix logic.
             for token in self.llm.generate(tokens[-1:], reset=False, top_k=request.top_k, top_p=request.top_p,
-                                           temp=request.temperature, repeat_penalty=request.repeat_penalty):
+                                           temp=request.temperature, repeat_penalty=request.repeat_penalty,
+                                           grammar=grammar) if budget else ():
                 last = time.monotonic()
                 if count == 0:
                     first = last
@@ -163,15 +188,20 @@ class LlamaBackend:
                     finish = "stop"
                     break
                 count += 1
-                out += self.llm.detokenize([token])
-                on_token(count)
+                piece = self.llm.detokenize([token])
+                out += piece
+                controls.on_token(count)
                 if stops and _hit_stop(out, stops):
                     finish = "stop"
                     break
+                pieces.add(piece)
                 if count >= budget:
                     finish = "length" if budget == max_tokens else "context"
                     break
-                if last > deadline:
+                if controls.cut_at is not None and last > controls.cut_at:
+                    finish = "deadline"
+                    break
+                if last > controls.deadline:
                     raise GenerationTimeout(
                         f"job deadline passed after {count} tokens; raise runtime.job_timeout_s "
                         "or ask for fewer max_tokens")
@@ -180,13 +210,14 @@ class LlamaBackend:
         text = out.decode("utf-8", errors="replace")
         if finish == "stop" and stops:
             text = _cut_at_stop(text, stops)
+        pieces.finish(text)
         decode_rate = (count - 1) / (last - first) if count > 1 and last > first else None
         return Generation(text=text, finish_reason=finish, prompt_tokens=len(tokens), completion_tokens=count,
                           ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate)
 
-
-    def _evaluate_prompt(self, tokens: list[int], deadline: float, on_token: OnToken) -> None:
-        """Bring llama.cpp's cache to all but the last prompt token, one ``n_batch`` chunk at a time.
+    def _evaluate_prompt(self, tokens: list[int], controls: Controls) -> bool:
+        """Bring llama.cpp's cache to all but the last prompt token, one ``n_batch`` chunk at a time;
+        ``True`` if the request's own deadline (``controls.cut_at``) passed on the way.
 
         ``Llama.generate`` would evaluate the whole prompt in one native call, during which no
         heartbeat can be sent: a long prompt on a slow machine would look like a dead worker.
@@ -203,12 +234,16 @@ class LlamaBackend:
             cached = 0  # eval() then clears the whole sequence, which every kind of memory allows
         llm.n_tokens = cached
         for start in range(cached, len(tokens) - 1, llm.n_batch):
-            if time.monotonic() > deadline:
+            clock = time.monotonic()
+            if controls.cut_at is not None and clock > controls.cut_at:
+                return True
+            if clock > controls.deadline:
                 raise GenerationTimeout(
                     f"job deadline passed while evaluating the {len(tokens)}-token prompt; raise "
                     "runtime.job_timeout_s or send a shorter prompt")
             llm.eval(tokens[start:min(start + llm.n_batch, len(tokens) - 1)])
-            on_token(0)
+            controls.on_token(0)
+        return False
 
 
 @contextlib.contextmanager
@@ -243,6 +278,8 @@ def _model_params(**fields: object) -> Iterator[None]:
 
 def _common_prefix(have: np.ndarray, want: list[int]) -> int:
     """How many leading tokens two sequences share."""
+    import numpy as np  # here, not at the top: routers import this module's types and never need numpy
+
     n = min(len(have), len(want))
     differs = np.flatnonzero(have[:n] != np.asarray(want[:n], dtype=have.dtype))
     return int(differs[0]) if differs.size else n
@@ -258,6 +295,38 @@ def _hit_stop(out: bytearray, stops: list[str]) -> bool:
     window = max(len(s.encode()) for s in stops) + 8
     tail = bytes(out[-window:]).decode("utf-8", errors="ignore")
     return any(s in tail for s in stops)
+
+
+class _Pieces:
+    """Hands generated text to an :data:`OnText` callback as it comes.
+
+    Bytes are decoded incrementally (a character split across tokens waits for its last byte), and the
+    last ``len(longest stop)`` characters are held back: they could still turn out to start a stop string,
+    which the final text does not contain. So what was handed out is always a prefix of the final text,
+    and :meth:`finish` hands out the rest.
+    """
+
+    __slots__ = ("_decoder", "_emit", "_hold", "_sent", "_text")
+
+    def __init__(self, emit: OnText | None, stops: list[str]) -> None:
+        self._emit = emit
+        self._hold = max((len(s) for s in stops), default=0)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = ""
+        self._sent = 0
+
+    def add(self, piece: bytes) -> None:
+        if self._emit is None:
+            return
+        self._text += self._decoder.decode(piece)
+        ready = len(self._text) - self._hold
+        if ready > self._sent:
+            self._emit(self._text[self._sent:ready])
+            self._sent = ready
+
+    def finish(self, final: str) -> None:
+        if self._emit is not None and len(final) > self._sent:
+            self._emit(final[self._sent:])
 
 
 def _cut_at_stop(text: str, stops: list[str]) -> str:
@@ -277,18 +346,25 @@ class ScriptedBackend:
         self.seconds_per_token = seconds_per_token
         self.calls: list[Request] = []
 
-    def generate(self, request: Request, *, max_tokens: int, deadline: float, on_token: OnToken) -> Generation:
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
         self.calls.append(request)
         if len(request.text) >= self.n_ctx:
             raise ContextTooLong(f"prompt is {len(request.text)} tokens; the window holds {self.n_ctx}")
         answer = self.script.get(request.text, self.default)[:max_tokens]
         started = time.monotonic()
+        finish = "length" if len(answer) == max_tokens else "stop"
+        count = 0
         for count in range(1, len(answer) + 1):
             if self.seconds_per_token:
                 time.sleep(self.seconds_per_token)
-            on_token(count)
-            if time.monotonic() > deadline:
+            controls.on_token(count)
+            if controls.on_text is not None:
+                controls.on_text(answer[count - 1])
+            clock = time.monotonic()
+            if controls.cut_at is not None and clock > controls.cut_at and count < len(answer):
+                answer, finish = answer[:count], "deadline"
+                break
+            if clock > controls.deadline:
                 raise GenerationTimeout(f"job deadline passed after {count} tokens")
         elapsed = time.monotonic() - started
-        finish = "length" if len(answer) == max_tokens else "stop"
-        return Generation(answer, finish, len(request.text), len(answer), 0.0, elapsed, None)
+        return Generation(answer, finish, len(request.text), count, 0.0, elapsed, None)

@@ -18,18 +18,21 @@ from typing import Any
 import orjson
 
 from laya.schema import Request
+from laya.structured import canonical
 from laya.text import normalise
 
 __all__ = ["CachedAnswer", "LocalCache", "cache_key", "cacheable"]
 
 CachedAnswer = dict[str, Any]
-"""``{"text", "model", "finish_reason", "usage"}`` as stored in Redis."""
+"""``{"text", "model", "finish_reason", "usage"}`` (and ``json`` for structured output) as stored in Redis."""
 
 def cache_key(request: Request, model: str, max_tokens: int, normalised: str | None = None) -> str:
     """Hex digest identifying the answer to ``request`` on ``model``.
 
     ``max_tokens`` is the effective value (after defaults), so a request that
-    omits it and one that spells out the default share an entry.
+    omits it and one that spells out the default share an entry. The response
+    format (schema included) is part of the key: JSON to one schema is not an
+    answer to another, nor to a request for plain text.
     """
     if request.messages is not None:
         body: Any = [(m.role, normalise(m.content)) for m in request.messages]
@@ -37,7 +40,7 @@ def cache_key(request: Request, model: str, max_tokens: int, normalised: str | N
         body = normalised if normalised is not None else normalise(request.text)
     material = orjson.dumps([
         model, max_tokens, request.temperature, request.top_p, request.top_k,
-        request.repeat_penalty, request.seed, request.stop, body,
+        request.repeat_penalty, request.seed, request.stop, body, canonical(request.response_format),
     ])
     return blake2b(material, digest_size=16).hexdigest()
 

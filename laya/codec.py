@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from laya.config import error_message
 from laya.errors import InvalidRequest, UnknownModel
 from laya.schema import REQUEST_ID_PATTERN, Request, Result
+from laya.structured import check_schema
 
 __all__ = ["Limits", "decode_request", "decode_result", "encode_request", "encode_result", "error_fields",
            "error_result", "json_kind", "salvage_identity"]
@@ -54,6 +55,13 @@ _PATTERN_HINTS = {
     "model": "use a model name from the config's [router] models",
     "reply_to": "use 1-64 letters, digits, '.', '_' or '-'",
 }
+_FIELD_HINTS = {
+    "priority": "use one of \"high\", \"normal\", \"bulk\", or leave it out for normal",
+    "deadline_s": "give the seconds from submit after which the answer is no longer wanted (> 0, at most 7 days), "
+                  "or leave it out",
+    "response_format": "use {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"schema\": {...}}",
+    "stream": "use true or false",
+}
 
 
 def _describe_validation(error: ValidationError) -> InvalidRequest:
@@ -62,6 +70,7 @@ def _describe_validation(error: ValidationError) -> InvalidRequest:
     shown = _short_repr(first.get("input"))
     where = f"field '{field}' = {shown}: " if field else ""
     hint = _PATTERN_HINTS.get(field or "") if first["type"] == "string_pattern_mismatch" else None
+    hint = hint or _FIELD_HINTS.get((field or "").split(".")[0])
     if first["type"] == "extra_forbidden":
         hint = f"remove it; a request's fields are {', '.join(Request.model_fields)}"
     extra = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
@@ -124,6 +133,8 @@ def decode_request(fields: Mapping[bytes, bytes], limits: Limits) -> Request:
         raise InvalidRequest(
             f"field 'max_tokens' = {request.max_tokens}: over the limit of {limits.max_tokens_limit} "
             "(runtime.max_tokens_limit)", field="max_tokens")
+    if request.response_format is not None and request.response_format.schema_ is not None:
+        check_schema(request.response_format.schema_)
     if request.model is not None and request.model not in limits.models:
         known = ", ".join(sorted(limits.models))
         raise UnknownModel(f"field 'model' = {request.model!r}: no such model; known: {known}", field="model")

@@ -122,6 +122,13 @@ class RuntimeConfig(BaseModel):
     )
     default_max_tokens: int = Field(256, ge=1, le=1_048_576, description="max_tokens when a request gives none.")
     max_tokens_limit: int = Field(4096, ge=1, le=1_048_576, description="Largest max_tokens a request may ask.")
+    stream_flush_ms: float = Field(
+        20.0, ge=0, le=10_000,
+        description="A streaming request's chunks are gathered this long per stream entry (the first goes at once).",
+    )
+    stream_max_chunks: int = Field(
+        10_000, ge=16, le=10_000_000, description="Entries a request's stream keeps (XADD MAXLEN ~)."
+    )
 
     @model_validator(mode="after")
     def _default_within_limit(self) -> RuntimeConfig:
@@ -186,7 +193,8 @@ class RouterConfig(BaseModel):
         15_000, ge=100, le=3_600_000, description="Pending entries idle this long are reclaimed."
     )
     max_queue_depth: int = Field(
-        256, ge=1, le=10_000_000, description="Admission bound: jobs waiting per model queue."
+        256, ge=1, le=10_000_000,
+        description="Admission bound: jobs waiting per model and lane (high, normal, bulk each have their own).",
     )
     retry_after_s: float = Field(5.0, ge=0, le=3600, description="Retry-after told to rejected producers.")
     cache_size: int = Field(100_000, ge=0, le=10_000_000, description="Entries in the in-process LRU.")

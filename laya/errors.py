@@ -7,6 +7,7 @@
     │   └── UnknownModel         code ``unknown_model``
     ├── CapacityError
     │   ├── Overloaded ......... the model queue is at its admission bound (retry later)
+    │   ├── Expired ............ the request's deadline passed before a worker started it
     │   └── DoesNotFit ......... the memory planner refused a configuration
     ├── InferenceError
     │   ├── ContextTooLong ..... prompt tokens do not fit the model's context window
@@ -30,6 +31,7 @@ __all__ = [
     "ConnectionLost",
     "ContextTooLong",
     "DoesNotFit",
+    "Expired",
     "FileAccessError",
     "GGUFError",
     "GenerationTimeout",
@@ -84,6 +86,13 @@ class Overloaded(CapacityError):
     def __init__(self, message: str, *, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class Expired(CapacityError):
+    """Not started before its ``deadline_s``: answered without running, so no GPU time goes to a producer that
+    gave up."""
+
+    code = "expired"
 
 
 class DoesNotFit(CapacityError):

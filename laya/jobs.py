@@ -10,6 +10,12 @@ requeued after its worker was declared lost). :func:`generate` therefore
 skips a request that already has a result, and takes a per-request lock that
 the worker's heartbeat keeps alive, so one request never runs on two workers
 at once.
+
+A job also carries what the router worked out for it: the model, the effective
+``max_tokens``, the cache key, and ``expires_at`` when the request has a
+``deadline_s``. A job that starts after its expiry is answered
+``error:expired`` without running; one that is generating when it passes is cut
+there and answered with the text so far (``finish_reason: "deadline"``).
 """
 
 from __future__ import annotations
@@ -23,11 +29,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import ValidationError
 
+from laya.backend import Controls
 from laya.cache import cacheable
-from laya.codec import error_result
+from laya.codec import encode_result, error_result
 from laya.connection import release_lock
-from laya.errors import LayaError
-from laya.schema import Request, Result, Timings, Usage
+from laya.errors import Expired, LayaError
+from laya.schema import ErrorInfo, Request, Result, Timings, Usage
+from laya.streaming import StreamWriter, add_end
+from laya.structured import parse_answer
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -60,6 +69,8 @@ class WorkerRuntime:
     """Throttled liveness signal, called from the token loop (also keeps the request's lock)."""
     worker_name: str
     lock_ttl_s: int
+    stream_flush_ms: float = 20.0
+    stream_max_chunks: int = 10_000
 
 
 _runtime: WorkerRuntime | None = None
@@ -127,10 +138,28 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
     max_tokens = int(payload["max_tokens"])
     timings = Timings(route_us=payload.get("route_us"),
                       queue_wait_ms=max(0.0, (started - float(payload["routed_at"])) * 1000))
-    deadline = time.monotonic() + rt.job_timeout_s
+    expires_at = payload.get("expires_at")
+    if expires_at is not None and started >= float(expires_at):
+        error = Expired(f"deadline_s {request.deadline_s:g} passed {started - float(expires_at):.1f} s before a "
+                        "worker could start the request; nothing ran. Raise deadline_s, or send it with "
+                        "priority \"high\"")
+        _finish(rt, request, error_result(request.id, error, timings=timings, model=model, metadata=request.metadata))
+        log.info("request %s expired in the queue; not run", request.id)
+        return {"route": "error:expired"}
+    stream = None
+    if request.stream:
+        stream = StreamWriter(rt.redis, rt.keys.stream(request.id), ttl_s=rt.results.ttl_s,
+                              max_len=rt.stream_max_chunks, flush_ms=rt.stream_flush_ms)
+        stream.start(rt.worker_name)
+    clock = time.monotonic()
+    controls = Controls(
+        deadline=clock + rt.job_timeout_s,
+        cut_at=clock + (float(expires_at) - time.time()) if expires_at is not None else None,
+        on_token=lambda _count: rt.heartbeat(),
+        on_text=stream.add if stream is not None else None,
+    )
     try:
-        gen = rt.backend.generate(request, max_tokens=max_tokens, deadline=deadline,
-                                  on_token=lambda _count: rt.heartbeat())
+        gen = rt.backend.generate(request, max_tokens=max_tokens, controls=controls)
     except LayaError as exc:
         # A handled failure is an answer: the producer gets the error, the job finishes.
         result = error_result(request.id, exc, timings=timings, model=model, metadata=request.metadata)
@@ -145,18 +174,38 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
         finish_reason=gen.finish_reason, timings=timings, metadata=request.metadata,
         usage=Usage(prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens),
     )
+    complete = True
+    if request.response_format is not None:
+        parsed = parse_answer(gen.text)
+        complete = parsed.complete
+        if complete:
+            result.json_value = parsed.value
+        else:
+            result.ok = False
+            result.error = ErrorInfo(code="incomplete_json", field="max_tokens", message=(
+                f"generation stopped ({gen.finish_reason}) after {gen.completion_tokens} tokens, before the JSON "
+                "closed; `text` holds the part generated. Raise max_tokens (or deadline_s)"))
     cache_key = payload.get("cache_key")
-    if cache_key and cacheable(gen.finish_reason, gen.completion_tokens, max_tokens):
+    if cache_key and complete and cacheable(gen.finish_reason, gen.completion_tokens, max_tokens):
         answer = {"text": gen.text, "model": model, "finish_reason": gen.finish_reason,
                   "usage": result.usage.model_dump()}
+        if result.json_value is not None:
+            answer["json"] = result.json_value
         rt.redis.set(rt.keys.cache(cache_key), orjson.dumps(answer), ex=rt.cache_ttl_s)
-    _finish(rt, request, result)
+    _finish(rt, request, result, stream)
     return {"route": result.route, "completion_tokens": gen.completion_tokens}
 
 
-def _finish(rt: WorkerRuntime, request: Request, result: Result) -> None:
+def _finish(rt: WorkerRuntime, request: Request, result: Result, stream: StreamWriter | None = None) -> None:
     result.finished_at = time.time()
     if request.submitted_at is not None:
         result.timings.total_ms = max(0.0, (result.finished_at - request.submitted_at) * 1000)
     if not rt.results.write(result, request.reply_to):
         log.info("request %s already had a result; kept the first one", request.id)
+        kept = rt.results.get(request.id)
+        result = kept if kept is not None else result
+    if stream is not None:
+        stream.end(encode_result(result))
+    elif request.stream:
+        add_end(rt.redis, rt.keys.stream(request.id), encode_result(result), ttl_s=rt.results.ttl_s,
+                max_len=rt.stream_max_chunks)

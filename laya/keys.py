@@ -37,9 +37,9 @@ class Keys:
         """Hash of per-worker figures (plan, memory, tokens/s), one field per worker."""
         return f"{self.prefix}:stats:worker"
 
-    def queue_name(self, model: str) -> str:
-        """RQ queue name for a model; RQ stores it as ``rq:queue:<name>``."""
-        return f"{self.prefix}:llm:{model}"
+    def queue_name(self, model: str, lane: str = "normal") -> str:
+        """RQ queue of a model's priority lane (high, normal, bulk); RQ stores it as ``rq:queue:<name>``."""
+        return f"{self.prefix}:llm:{model}:{lane}"
 
     def result(self, request_id: str) -> str:
         return f"{self.prefix}:result:{request_id}"
@@ -47,6 +47,10 @@ class Keys:
     def done(self, request_id: str) -> str:
         """List a single waiter blocks on (BLPOP) until the result is pushed."""
         return f"{self.prefix}:done:{request_id}"
+
+    def stream(self, request_id: str) -> str:
+        """Stream of a streaming request's text chunks, then its end entry (:mod:`laya.streaming`)."""
+        return f"{self.prefix}:stream:{request_id}"
 
     def reply(self, channel: str) -> str:
         """Shared reply list for a producer waiting on many requests."""

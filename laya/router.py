@@ -5,6 +5,13 @@ stages; the first stage that answers a request ends it:
 
     decode → rules → cache → admission → enqueue
 
+Each model has one RQ queue per priority lane (high, normal, bulk); admission
+bounds each lane on its own, so a flood of bulk work never refuses a high
+request. A request with ``deadline_s`` expires ``deadline_s`` after the server
+accepted it (its stream entry id is the server's clock at XADD): admission
+answers one already expired ``error:expired``, and the job carries the expiry
+to the worker.
+
 Rules come before the cache (the architecture sketch had them after): the
 cache holds model answers only, so a request a rule answers never needs it,
 and checking rules first saves the batch's Redis cache read whenever rules
@@ -40,14 +47,15 @@ from rq import Queue, Retry
 from laya.cache import LocalCache, cache_key
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.config import Settings
-from laya.errors import LayaError, RequestError
+from laya.errors import Expired, LayaError, RequestError
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
 from laya.reaper import Reaper
 from laya.results import ResultStore
 from laya.rules import RuleSet, load_rules, why_no_rules
-from laya.schema import Request
+from laya.schema import LANES, Request
 from laya.stats import LatencyWindow
+from laya.streaming import add_end
 from laya.text import normalise
 from laya.wire import Wire
 
@@ -71,6 +79,9 @@ class Flight:
     request: Request | None = None
     normalised: str = ""
     model: str = ""
+    lane: str = "normal"
+    expires_at: float | None = None
+    """Unix time after which the request is not worth starting (from ``deadline_s``)."""
     max_tokens: int = 0
     cache_key: str | None = None
     route: str | None = None
@@ -138,6 +149,9 @@ class DecodeStage:
         flight.model = request.model or self.default_model
         flight.max_tokens = request.max_tokens or self.default_max_tokens
         flight.normalised = normalise(request.text)
+        flight.lane = request.priority
+        if request.deadline_s is not None:
+            flight.expires_at = accepted_at(flight.entry_id) + request.deadline_s
 
 
 class CacheStage:
@@ -178,8 +192,9 @@ class CacheStage:
 
     @staticmethod
     def _answer(flight: Flight, answer: dict[str, Any]) -> None:
+        extra = {"json": answer["json"]} if "json" in answer else {}
         flight.answer(route="cache", ok=True, text=answer["text"], model=answer.get("model"),
-                      finish_reason=answer.get("finish_reason"), usage=answer.get("usage", {}))
+                      finish_reason=answer.get("finish_reason"), usage=answer.get("usage", {}), **extra)
 
 
 class RulesStage:
@@ -206,24 +221,36 @@ class RulesStage:
             flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
 
 
+QueueId = tuple[str, str]
+"""(model, lane): one RQ queue."""
+
+
 class AdmissionStage:
-    """Bound each model queue; over the bound a request is refused with a retry-after."""
+    """Bound each model lane; over the bound a request is refused with a retry-after.
+
+    The depth it compares is the lane's length read by this batch (one pipelined
+    LLEN for the lanes the batch needs) plus what earlier batches admitted and
+    have not committed yet. While a commit is in flight its jobs may be counted
+    twice, once in the length and once as uncommitted: the error is on the safe
+    side and lasts one batch.
+    """
 
     name = "admission"
 
-    def __init__(self, max_depth: int, retry_after_s: float) -> None:
+    def __init__(self, max_depth: int, retry_after_s: float, queue_keys: dict[QueueId, str]) -> None:
         self.max_depth = max_depth
         self.retry_after_s = retry_after_s
-        self.queued: dict[str, int] = {}
-        """Queue lengths as read by the latest commit."""
-        self.uncommitted: Counter[str] = Counter()
+        self.queue_keys = queue_keys
+        self.queued: dict[QueueId, int] = {}
+        """Queue lengths as last read."""
+        self.uncommitted: Counter[QueueId] = Counter()
         """Admitted into batches whose commit has not finished yet."""
         self._lock = threading.Lock()
 
-    def depth(self, model: str) -> int:
-        return self.queued.get(model, 0) + self.uncommitted[model]
+    def depth(self, lane: QueueId) -> int:
+        return self.queued.get(lane, 0) + self.uncommitted[lane]
 
-    def committed(self, lengths: dict[str, int], admitted: Counter[str]) -> None:
+    def committed(self, lengths: dict[QueueId, int], admitted: Counter[QueueId]) -> None:
         """A commit finished: its admissions are now part of the queue lengths it read.
 
         A commit that failed passes no lengths: its entries stay pending in the
@@ -234,21 +261,45 @@ class AdmissionStage:
             self.uncommitted.subtract(admitted)
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
-        for flight in flights:
-            if not flight.open:
+        waiting = [f for f in flights if f.open]
+        if not waiting:
+            return
+        now = time.time()
+        self._read_depths({(f.model, f.lane) for f in waiting}, redis)
+        for flight in waiting:
+            if flight.expires_at is not None and now >= flight.expires_at:
+                assert flight.request is not None and flight.request.deadline_s is not None
+                flight.answer(**error_fields(Expired(
+                    f"deadline_s {flight.request.deadline_s:g} passed before the router reached the request; "
+                    "nothing ran. Raise deadline_s")))
                 continue
+            lane = (flight.model, flight.lane)
             with self._lock:
-                depth = self.depth(flight.model)
+                depth = self.depth(lane)
                 if depth < self.max_depth:
-                    self.uncommitted[flight.model] += 1
+                    self.uncommitted[lane] += 1
             if depth >= self.max_depth:
                 flight.answer(route="rejected:overloaded", ok=False, retry_after_s=self.retry_after_s,
                               error={"code": "overloaded", "message": (
-                                  f"queue for model {flight.model!r} holds {depth} jobs (bound {self.max_depth}); "
-                                  f"retry after {self.retry_after_s:g} s")})
+                                  f"{flight.lane} lane of model {flight.model!r} holds {depth} jobs (bound "
+                                  f"{self.max_depth}); retry after {self.retry_after_s:g} s")})
                 continue
             flight.enqueue = True
             flight.route_ns = time.perf_counter_ns() - flight.started_ns
+
+    def _read_depths(self, lanes: set[QueueId], redis: Redis) -> None:
+        ordered = [lane for lane in lanes if lane in self.queue_keys]
+        with redis.pipeline(transaction=False) as pipe:
+            for lane in ordered:
+                pipe.llen(self.queue_keys[lane])
+            lengths = pipe.execute()
+        with self._lock:
+            self.queued.update(zip(ordered, (int(n) for n in lengths)))
+
+
+def accepted_at(entry_id: str) -> float:
+    """Unix time at which the server accepted a stream entry: its id is ``<milliseconds>-<sequence>``."""
+    return int(entry_id.partition("-")[0]) / 1000
 
 
 class Router:
@@ -278,11 +329,14 @@ class Router:
         self.rules_stage = RulesStage(rules if rules is not None else
                                       load_rules(cfg.routes_file, models=settings.model_names))
         self.cache_stage = CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys)
-        self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s)
+        self.queues: dict[QueueId, Queue] = {
+            (name, lane): Queue(self.keys.queue_name(name, lane), connection=redis, serializer="json")
+            for name in settings.model_names for lane in LANES}
+        self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s,
+                                        {lane: queue.key for lane, queue in self.queues.items()})
         self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.cache_stage, self.admission]
-        self.queues = {name: Queue(self.keys.queue_name(name), connection=redis, serializer="json")
-                       for name in settings.model_names}
-        self.reaper = Reaper(self.queues, self.results, lock_key=self.keys.reaper_lock, owner=self.consumer,
+        self.reaper = Reaper({queue.name: queue for queue in self.queues.values()}, self.results,
+                             lock_key=self.keys.reaper_lock, owner=self.consumer,
                              grace_s=settings.runtime.heartbeat_ttl_s)
         self._reap_due = 0.0
         self.latency = LatencyWindow()
@@ -304,7 +358,10 @@ class Router:
         self._refresh_depths(self.redis)
 
     def _refresh_depths(self, redis: Redis) -> None:
-        lengths = {name: int(redis.llen(queue.key)) for name, queue in self.queues.items()}
+        with redis.pipeline(transaction=False) as pipe:
+            for queue in self.queues.values():
+                pipe.llen(queue.key)
+            lengths = dict(zip(self.queues, (int(n) for n in pipe.execute())))
         self.admission.committed(lengths, Counter())
 
     def reload_rules(self) -> bool:
@@ -406,7 +463,7 @@ class Router:
         keep its whole batch pending forever.
         """
         admitted = _admitted(flights)
-        lengths: dict[str, int] = {}
+        lengths: dict[QueueId, int] = {}
         try:
             lengths = self._write(flights, set())
         except (RedisConnectionError, RedisTimeoutError):
@@ -426,40 +483,48 @@ class Router:
         finally:
             self.admission.committed(lengths, admitted)
 
-    def _write(self, flights: list[Flight], enqueued: set[str]) -> dict[str, int]:
+    def _write(self, flights: list[Flight], enqueued: set[str]) -> dict[QueueId, int]:
         """One atomic write of ``flights``; returns the model queue lengths when it enqueued jobs.
 
         A batch that enqueues nothing (all short-circuit) is one script call; one
         with jobs is a MULTI/EXEC holding the same script, the enqueues and the
-        queue lengths for admission. Two entries with one request id (a producer
+        queue lengths for admission; so is one that answers a streaming request,
+        whose stream gets its end entry in the same write. Two entries with one request id (a producer
         that sent a request twice) become one job; both entries are acknowledged.
         ``enqueued`` holds the ids already enqueued by this batch and is updated.
         """
         now = time.time()
-        by_queue: dict[str, list[Any]] = {}
+        by_queue: dict[QueueId, list[Any]] = {}
         answers = [(f.request_id, f.result, f.reply_to) for f in flights if f.result is not None]
+        streams = [(f.request_id, f.result) for f in flights
+                   if f.result is not None and f.request is not None and f.request.stream]
         for flight in flights:
             if flight.enqueue and flight.request is not None and flight.request_id not in enqueued:
                 enqueued.add(flight.request_id)
-                by_queue.setdefault(flight.model, []).append(self._job_data(flight, now))
+                by_queue.setdefault((flight.model, flight.lane), []).append(self._job_data(flight, now))
         ids = [f.entry_id for f in flights]
-        if not by_queue:
+        if not by_queue and not streams:
             self.results.commit(answers, group=self.keys.router_group, entry_ids=ids, wire=self._commits)
             return {}
         with self.redis.pipeline(transaction=True) as pipe:
             self.results.queue_commit(pipe, answers, group=self.keys.router_group, entry_ids=ids)
-            for model, datas in by_queue.items():
-                self.queues[model].enqueue_many(datas, pipeline=pipe)
-            for queue in self.queues.values():
-                pipe.llen(queue.key)
+            for request_id, result in streams:
+                add_end(pipe, self.keys.stream(request_id), result, ttl_s=self.settings.router.result_ttl_s,
+                        max_len=self.settings.runtime.stream_max_chunks)
+            for lane, datas in by_queue.items():
+                self.queues[lane].enqueue_many(datas, pipeline=pipe)
+            for lane in by_queue:
+                pipe.llen(self.queues[lane].key)
             replies = pipe.execute()
-        return dict(zip(self.queues, (int(n) for n in replies[-len(self.queues):])))
+        return dict(zip(by_queue, (int(n) for n in replies[-len(by_queue):]))) if by_queue else {}
 
     def _job_data(self, flight: Flight, now: float) -> Any:
         assert flight.request is not None
         payload = {
             "request": flight.request.model_dump(mode="json", exclude_none=True),
             "model": flight.model,
+            "lane": flight.lane,
+            "expires_at": flight.expires_at,
             "max_tokens": flight.max_tokens,
             "cache_key": flight.cache_key,
             "routed_at": now,
@@ -471,7 +536,7 @@ class Router:
             retry=Retry(max=runtime.job_retries) if runtime.job_retries else None,
             timeout=runtime.job_timeout_s, result_ttl=self.settings.router.result_ttl_s,
             failure_ttl=self.settings.router.result_ttl_s,
-            description=f"laya {flight.model} {flight.request_id}",
+            description=f"laya {flight.model} {flight.lane} {flight.request_id}",
         )
 
     def publish_stats(self) -> None:
@@ -485,8 +550,8 @@ class Router:
                 pipe.hincrby(self.keys.router_stats, f"count:{route}", n)
             for name, value in self.latency.summary().items():
                 pipe.hset(self.keys.router_stats, name, value)
-            for name in self.queues:
-                pipe.hset(self.keys.router_stats, f"queue_depth:{name}", self.admission.depth(name))
+            for model, lane in self.queues:
+                pipe.hset(self.keys.router_stats, f"queue_depth:{model}:{lane}", self.admission.depth((model, lane)))
             pipe.hset(self.keys.router_stats, "rules", len(self.rules_stage.rules))
             pipe.hset(self.keys.router_stats, "updated_at", time.time())
             pipe.execute()
@@ -497,7 +562,7 @@ class Router:
     def run(self) -> None:
         self.ensure_group()
         log.info("router %s serving %s (%d rules, models %s)", self.consumer, self.keys.ingress,
-                 len(self.rules_stage.rules), ", ".join(self.queues))
+                 len(self.rules_stage.rules), ", ".join(self.settings.model_names))
         if not self.rules_stage.rules:
             log.warning("%s", why_no_rules(self.settings.router.routes_file, self.settings.source))
         backoff = 0.1
@@ -536,9 +601,9 @@ class Router:
         log.info("router %s stopped", self.consumer)
 
 
-def _admitted(flights: list[Flight]) -> Counter[str]:
-    """How many of ``flights`` admission let into each model queue."""
-    return Counter(f.model for f in flights if f.enqueue)
+def _admitted(flights: list[Flight]) -> Counter[QueueId]:
+    """How many of ``flights`` admission let into each model lane."""
+    return Counter((f.model, f.lane) for f in flights if f.enqueue)
 
 
 def _fail(flight: Flight, message: str) -> None:

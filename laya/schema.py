@@ -5,21 +5,33 @@ optional target model and free-form metadata. Its ``id`` follows it from submit
 to result. Every request ends in exactly one :class:`Result` whose ``route``
 says how it was answered: ``cache``, ``rule:<name>``, ``model:<name>``,
 ``error:<code>`` or ``rejected:overloaded``.
+
+Pipelines can ask for more than text: ``response_format`` (JSON that parses,
+optionally to a JSON schema), ``stream`` (chunks as they are generated),
+``priority`` (which lane of the model's queue) and ``deadline_s`` (when to stop
+caring). :mod:`laya.structured` and :mod:`laya.streaming` hold the details.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
-__all__ = ["ErrorInfo", "Message", "Request", "Result", "Timings", "Usage", "new_request_id"]
+__all__ = ["LANES", "ErrorInfo", "Lane", "Message", "Request", "ResponseFormat", "Result", "Timings", "Usage",
+           "new_request_id"]
 
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
 """Letters, digits, ``_`` and ``-``: the id is also the RQ job id, and RQ accepts nothing else."""
 
 MetaValue = StrictStr | StrictInt | StrictFloat | StrictBool | None
+
+Lane = Literal["high", "normal", "bulk"]
+LANES: tuple[Lane, ...] = ("high", "normal", "bulk")
+"""Priority lanes, highest first: a worker always takes its next job from the highest non-empty lane."""
+
+MAX_DEADLINE_S = 7 * 86_400
 
 
 def new_request_id() -> str:
@@ -31,6 +43,25 @@ class Message(BaseModel):
 
     role: Literal["system", "user", "assistant"]
     content: StrictStr
+
+
+class ResponseFormat(BaseModel):
+    """Structured output: ``{"type": "json_object"}``, or ``{"type": "json_schema", "schema": {...}}``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True,
+                              serialize_by_alias=True)
+
+    type: Literal["json_object", "json_schema"]
+    schema_: dict[str, Any] | None = Field(None, alias="schema", description="A JSON schema (an object).")
+
+    @model_validator(mode="after")
+    def _schema_goes_with_type(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.schema_ is None:
+            raise ValueError("'json_schema' needs a 'schema' object; or use {\"type\": \"json_object\"} for any "
+                             "JSON object")
+        if self.type == "json_object" and self.schema_ is not None:
+            raise ValueError("'json_object' takes no 'schema'; use {\"type\": \"json_schema\", \"schema\": ...}")
+        return self
 
 
 class Request(BaseModel):
@@ -55,6 +86,12 @@ class Request(BaseModel):
         None, description="Shared reply channel of a producer waiting on many requests."
     )
     submitted_at: float | None = Field(None, description="Producer's clock (unix seconds) at submit.")
+    priority: Lane = Field("normal", description="Queue lane: high, normal or bulk.")
+    deadline_s: float | None = Field(
+        None, gt=0, le=MAX_DEADLINE_S,
+        description="Seconds from submit: not started by then is answered error:expired; still generating is cut.")
+    response_format: ResponseFormat | None = Field(None, description="Ask for JSON (any object, or to a schema).")
+    stream: StrictBool = Field(False, description="Append text chunks to the request's stream as they come.")
 
     @model_validator(mode="after")
     def _one_input(self) -> Request:
@@ -101,12 +138,16 @@ class Timings(BaseModel):
 
 
 class Result(BaseModel):
+    model_config = ConfigDict(validate_by_name=True, validate_by_alias=True, serialize_by_alias=True)
+
     id: str
     route: str
     ok: bool
     text: str | None = None
     model: str | None = None
     finish_reason: str | None = None
+    """``stop``, ``length`` (max_tokens), ``context`` (window full), ``deadline`` (``deadline_s`` passed), ``rule``."""
+    json_value: Any = Field(None, alias="json", description="The parsed answer of a request with response_format.")
     error: ErrorInfo | None = None
     retry_after_s: float | None = None
     usage: Usage = Field(default_factory=Usage)

@@ -39,6 +39,7 @@ from laya.machine import Machine, MiB, detect_machine
 from laya.modelfile import read_model_info
 from laya.planner import Plan, extra_buffers, make_plan, plan_input
 from laya.results import ResultStore
+from laya.schema import LANES
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -118,6 +119,8 @@ class LayaWorker(SimpleWorker):
             heartbeat=self.beat,
             worker_name=self.name,
             lock_ttl_s=settings.runtime.lock_ttl_s,
+            stream_flush_ms=settings.runtime.stream_flush_ms,
+            stream_max_chunks=settings.runtime.stream_max_chunks,
         ))
 
     def _install_signal_handlers(self) -> None:
@@ -267,7 +270,8 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
     if backend is None:
         backend, plan = plan_and_load(settings, force=force)
     keys = Keys(settings.redis.prefix)
-    queue = Queue(keys.queue_name(settings.model.name), connection=redis, serializer="json")
+    # Listed highest lane first: RQ takes the next job from the first non-empty queue of the list.
+    queues = [Queue(keys.queue_name(settings.model.name, lane), connection=redis, serializer="json") for lane in LANES]
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
     with _StopSignal() as stop:
         stop.install()
@@ -279,7 +283,7 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
                     _write_worker_stats(redis, keys.worker_stats, name, settings, backend.n_ctx, stats_plan)
                     stats_plan = None
                 # A fresh name for each loop: the previous one may not have unregistered.
-                worker = LayaWorker([queue], settings=settings, backend=backend, connection=redis, stop=stop,
+                worker = LayaWorker(queues, settings=settings, backend=backend, connection=redis, stop=stop,
                                     name=name if attempt == 0 else f"{name}.{attempt}")
                 attempt += 1
                 worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked

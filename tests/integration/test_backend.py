@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laya.backend import LlamaBackend
+from laya.backend import Controls, LlamaBackend
 from laya.config import Settings
 from laya.errors import ContextTooLong, GenerationTimeout, ModelLoadError
 from laya.schema import Request
@@ -26,8 +26,8 @@ def backend(tiny_model: Path) -> LlamaBackend:
 
 def run(backend: LlamaBackend, request: Request, max_tokens: int = 64, deadline_s: float = 30):
     beats: list[int] = []
-    gen = backend.generate(request, max_tokens=max_tokens, deadline=time.monotonic() + deadline_s,
-                           on_token=beats.append)
+    gen = backend.generate(request, max_tokens=max_tokens, controls=Controls(deadline=time.monotonic() + deadline_s,
+                           on_token=beats.append))
     return gen, beats
 
 
@@ -73,8 +73,8 @@ def test_deadline_is_checked_between_tokens(endless_model: Path) -> None:
             time.sleep(0.5)
 
     with pytest.raises(GenerationTimeout) as info:
-        gen_backend.generate(Request(prompt="a"), max_tokens=4000, deadline=time.monotonic() + 0.3,
-                             on_token=stall_at_ten)
+        gen_backend.generate(Request(prompt="a"), max_tokens=4000, controls=Controls(deadline=time.monotonic() + 0.3,
+                             on_token=stall_at_ten))
     assert "deadline passed after 11 tokens" in info.value.message
 
 
@@ -117,8 +117,8 @@ def test_the_deadline_is_checked_while_a_long_prompt_is_evaluated(tiny_model: Pa
         time.sleep(0.3)
 
     with pytest.raises(GenerationTimeout) as info:
-        chunked.generate(Request(prompt=prompt), max_tokens=8, deadline=time.monotonic() + 0.1,
-                         on_token=slow_heartbeat)
+        chunked.generate(Request(prompt=prompt), max_tokens=8, controls=Controls(deadline=time.monotonic() + 0.1,
+                         on_token=slow_heartbeat))
     assert "while evaluating the 1000-token prompt" in info.value.message
     # The chunk evaluated before the deadline passed stays cached; the next request goes on from it.
     assert prompt_tokens_evaluated(chunked, Request(prompt=prompt)) == 1000 - 64

@@ -51,7 +51,7 @@ def test_mixed_traffic_through_real_processes(redis: Redis, redis_server: Server
     for prompt in model_prompts:
         expected[client.submit(prompt, max_tokens=30)] = ("model", expected_completion(prompt, 30))
     deadline = time.monotonic() + 60
-    while redis.llen("rq:queue:laya:llm:default") or redis.xlen("laya:ingress"):
+    while redis.llen("rq:queue:laya:llm:default:normal") or redis.xlen("laya:ingress"):
         assert time.monotonic() < deadline, "the worker did not drain its queue"
         time.sleep(0.05)
     while not all(client.result(i) for i, (kind, _) in expected.items() if kind == "model"):
@@ -78,7 +78,7 @@ def test_mixed_traffic_through_real_processes(redis: Redis, redis_server: Server
 
     info = subprocess.run([str(BIN / "rq"), "info", "-u", redis_server.url, "--raw"], capture_output=True,
                           text=True, timeout=30, check=True).stdout
-    assert "laya:llm:default" in info
+    assert "laya:llm:default:normal" in info
     assert "laya-default-" in info  # the worker, named after its model
 
 

@@ -123,7 +123,7 @@ def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endles
         elapsed = time.monotonic() - killed_at
     finally:
         stop_laya(*(p for p in (router, worker, replacement) if p is not None))
-    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    job = Queue("laya:llm:default:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None
     if retries:
         assert result.route == "model:default" and result.usage.completion_tokens == 6000
@@ -201,7 +201,7 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
 
     def sample() -> None:
         while sampling:
-            depths.append(int(redis.llen("rq:queue:laya:llm:default")))
+            depths.append(int(redis.llen("rq:queue:laya:llm:default:normal")))
             time.sleep(0.02)
 
     import threading
@@ -234,7 +234,7 @@ def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settin
     router = Router(settings, redis, consumer="test")
     router.ensure_group()
     router.handle(router.read_batch())
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     ttl = settings.runtime.heartbeat_ttl_s
     # RQ dequeues by moving the id to an intermediate list, then marks the job started. A worker
     # SIGKILLed between the two leaves exactly this state (too narrow a window to hit with a real kill).
@@ -263,7 +263,7 @@ def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settin
     assert client.wait(other_id, timeout=5).route == "model:default"
 
 
-def start_like_a_worker_that_then_dies(settings: Settings, redis: Redis, queue_name: str = "laya:llm:default") -> Job:
+def start_like_a_worker_that_then_dies(settings: Settings, redis: Redis, queue_name: str = "laya:llm:default:normal") -> Job:
     """Take the first job off the model queue and mark it started, as Laya's worker does right
     before it runs a job; a worker SIGKILLed during the job leaves exactly this behind (a real kill
     is the subprocess test above; this one runs in milliseconds)."""
@@ -288,7 +288,7 @@ def test_the_reaper_requeues_a_lost_job_while_retries_last_then_answers_worker_l
     router = Router(settings, redis, consumer="test")
     router.ensure_group()
     router.handle(router.read_batch())
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     ttl = settings.runtime.heartbeat_ttl_s
     start_like_a_worker_that_then_dies(settings, redis)
     assert router.reaper.run_once(now=time.time() + ttl - 5) == 0  # its heartbeat has not run out yet
@@ -334,7 +334,7 @@ def test_the_reaper_handles_every_lost_job_of_every_model_in_one_pass(settings: 
     lost = [client.submit(f"story {i}", model="big", cache=False) for i in range(2)]
     router.handle(router.read_batch())
     settings_big = settings.model_copy(update={"model": settings.model.model_copy(update={"name": "big"})})
-    jobs = [start_like_a_worker_that_then_dies(settings_big, redis, "laya:llm:big") for _ in lost]
+    jobs = [start_like_a_worker_that_then_dies(settings_big, redis, "laya:llm:big:normal") for _ in lost]
     assert {job.id for job in jobs} == set(lost)
     # The first queue ("default") has nothing lost; both jobs of the second are lost, with no retry left.
     assert router.reaper.run_once(now=time.time() + settings.runtime.heartbeat_ttl_s + 5) == 2

@@ -250,7 +250,7 @@ def test_result_tells_an_unknown_id_from_a_pending_request(redis: Redis, redis_s
     assert "a router (router-7) is routing it now" in laya("result", waiting, env=bare).stderr
     redis.delete("laya:ingress")
 
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     queue.enqueue(JOB_FUNCTION, args=[{}], job_id="other")
     job = queue.enqueue(JOB_FUNCTION, args=[{}], job_id="queued-one")
     queued = laya("result", "queued-one", env=bare)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from laya.backend import LlamaBackend
+from laya.backend import Controls, LlamaBackend
 from laya.client import Client
 from laya.config import Settings
 from laya.modelfile import read_model_info
@@ -62,10 +62,10 @@ def test_the_worker_backend_answers_prompts_and_chats(shaped_models: dict[str, P
     backend = LlamaBackend(settings)
     assert backend.extra_buffers is {"on": True, "off": False}.get(mode, backend.extra_buffers)
     deadline = time.monotonic() + 120
-    prompt = backend.generate(Request(prompt="hello"), max_tokens=40, deadline=deadline, on_token=lambda n: None)
+    prompt = backend.generate(Request(prompt="hello"), max_tokens=40, controls=Controls(deadline=deadline, on_token=lambda n: None))
     assert (prompt.text, prompt.finish_reason) == (expected_completion("hello", 40), "stop")
     chat = backend.generate(Request(messages=[{"role": "user", "content": "hi"}]), max_tokens=40,
-                            deadline=deadline, on_token=lambda n: None)
+                            controls=Controls(deadline=deadline, on_token=lambda n: None))
     assert chat.text == "abcdefghijklmnopqrstuvwxyz" and chat.prompt_tokens > 20  # the ChatML template was used
 
 

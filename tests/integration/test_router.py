@@ -62,7 +62,7 @@ def test_rules_answer_and_model_requests_become_rq_jobs(settings: Settings, redi
     assert greeting.timings.route_us / 1000 <= greeting.timings.total_ms <= (time.time() - before) * 1000
     assert client.result(ping).text == "pong p-1"  # type: ignore[union-attr]
     assert client.result(model) is None and client.result(routed) is None
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     assert set(queue.job_ids) == {model, routed}
     job = queue.fetch_job(model)
     assert job is not None and job.func_name == JOB_FUNCTION
@@ -72,7 +72,7 @@ def test_rules_answer_and_model_requests_become_rq_jobs(settings: Settings, redi
     # What RQ keeps and shows (`rq info`): Laya's timeout and TTLs, and which request the job is.
     assert job.timeout == settings.runtime.job_timeout_s
     assert job.result_ttl == job.failure_ttl == settings.router.result_ttl_s
-    assert job.description == f"laya default {model}" and (job.retries_left or 0) == settings.runtime.job_retries
+    assert job.description == f"laya default normal {model}" and (job.retries_left or 0) == settings.runtime.job_retries
     # Everything was acknowledged and removed from the stream in the same commit.
     assert redis.xlen("laya:ingress") == 0
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
@@ -129,14 +129,15 @@ def test_admission_refuses_over_the_bound_with_retry_after(settings: Settings, r
     assert [r.route for r in results if r is not None] == ["rejected:overloaded"] * 2
     assert all(r.retry_after_s == 7.0 and r.error.code == "overloaded" and r.ok is False  # type: ignore[union-attr]
                for r in results if r)
-    assert "holds 3 jobs (bound 3); retry after 7 s" in results[-1].error.message  # type: ignore[union-attr]
-    assert redis.llen("rq:queue:laya:llm:default") == 3
-    assert router.admission.depth("default") == 3  # the refused ones take no place in the queue
-    redis.delete("rq:queue:laya:llm:default")  # a worker drained the queue
-    router.publish_stats()  # re-reads the queue lengths
+    assert "normal lane of model 'default' holds 3 jobs (bound 3); retry after 7 s" in (
+        results[-1].error.message)  # type: ignore[union-attr]
+    assert redis.llen("rq:queue:laya:llm:default:normal") == 3
+    assert router.admission.depth(("default", "normal")) == 3  # the refused ones take no place in the queue
+    redis.delete("rq:queue:laya:llm:default:normal")  # a worker drained the queue
+    # Admission reads the lane's length with each batch: no stale count from the last commit refuses these.
     more = [client.submit(f"story number {i}") for i in range(5, 8)]
     pump(router)
-    assert [client.result(i) for i in more] == [None] * 3 and router.admission.depth("default") == 3
+    assert [client.result(i) for i in more] == [None] * 3 and router.admission.depth(("default", "normal")) == 3
 
 
 def test_a_result_is_written_once(settings: Settings, redis: Redis) -> None:
@@ -205,9 +206,9 @@ def test_an_id_rq_would_refuse_and_an_id_sent_twice_cost_no_other_request(settin
     error = client.result(dotted).error  # type: ignore[union-attr]
     assert error is not None and error.code == "invalid_request" and error.field == "id"
     assert "letters, digits" in error.message
-    assert sorted(Queue("laya:llm:default", connection=redis, serializer="json").job_ids) == sorted(["twice", other])
+    assert sorted(Queue("laya:llm:default:normal", connection=redis, serializer="json").job_ids) == sorted(["twice", other])
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
-    assert router.admission.depth("default") == 2
+    assert router.admission.depth(("default", "normal")) == 2
 
 
 class TripWire:
@@ -238,9 +239,9 @@ def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis,
     assert failed.error.message.endswith("; the router log has the details")
     assert ("tripwire stage failed" if effect == "raise" else "could not enqueue this request") in failed.error.message
     assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
-    assert Queue("laya:llm:default", connection=redis, serializer="json").job_ids == [story]
+    assert Queue("laya:llm:default:normal", connection=redis, serializer="json").job_ids == [story]
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
-    assert router.admission.depth("default") == 1  # a failed admission is released
+    assert router.admission.depth(("default", "normal")) == 1  # a failed admission is released
 
 
 def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Settings, tmp_path: Path) -> None:
@@ -256,7 +257,7 @@ def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Setti
         server.kill()
         with pytest.raises(RedisConnectionError):
             router.handle(entries)
-        assert router.admission.depth("default") == 0  # else the bound shrinks with every outage
+        assert router.admission.depth(("default", "normal")) == 0  # else the bound shrinks with every outage
     finally:
         server.stop()
 
@@ -273,7 +274,7 @@ def test_a_rule_sending_to_another_model_caches_under_that_model(settings: Setti
     router = make_router(settings, redis)
     request_id = Client(redis).submit("big: a story", max_tokens=8)
     pump(router)
-    job = Queue("laya:llm:big", connection=redis, serializer="json").fetch_job(request_id)
+    job = Queue("laya:llm:big:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None
     request = Request(prompt="big: a story", max_tokens=8)
     assert job.args[0]["cache_key"] == cache_key(request, "big", 8)

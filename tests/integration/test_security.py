@@ -51,7 +51,7 @@ def assert_refused(job: Job, redis: Redis, settings: Settings) -> None:
     assert job.get_status() == JobStatus.FAILED
     assert "refused: not a Laya job" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
     assert not redis.exists(f"laya:result:{job.id}"), "laya.jobs.generate ran"
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     reaper = Router(settings, redis, consumer="t").reaper
     for later in (0, settings.runtime.heartbeat_ttl_s + 1, 2 * settings.runtime.heartbeat_ttl_s + 2):
         reaper.run_once(now=time.time() + later)
@@ -60,7 +60,7 @@ def assert_refused(job: Job, redis: Redis, settings: Settings) -> None:
 
 def test_pickled_jobs_do_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    pickled = Queue("laya:llm:default", connection=redis)  # RQ's default serializer: pickle
+    pickled = Queue("laya:llm:default:normal", connection=redis)  # RQ's default serializer: pickle
     pickled_job = pickled.enqueue("os.system", f"touch {marker}")
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert not marker.exists()
@@ -72,7 +72,7 @@ def test_pickled_jobs_do_not_run(settings: Settings, redis: Redis, tmp_path: Pat
 def test_a_job_naming_a_callback_is_refused(settings: Settings, redis: Redis, tmp_path: Path,
                                             callback: str) -> None:
     marker = tmp_path / "pwned"
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     job = queue.enqueue("laya.jobs.generate", laya_payload("cb"), job_id="cb", meta={"marker": str(marker)},
                         **{callback: Callback(MARKER_CALLBACK)})
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
@@ -83,7 +83,7 @@ def test_a_job_naming_a_callback_is_refused(settings: Settings, redis: Redis, tm
 def test_a_job_naming_a_dependency_is_refused(settings: Settings, redis: Redis) -> None:
     elsewhere = Queue("elsewhere", connection=redis, serializer="json")
     first = elsewhere.enqueue("laya.jobs.generate", laya_payload("first"), job_id="first")
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     job = queue.enqueue("laya.jobs.generate", laya_payload("dependent"), job_id="dependent", depends_on=first)
     queue.push_job_id(job.id)  # RQ deferred it; whoever can write to Redis can queue it all the same
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))

@@ -65,7 +65,7 @@ def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Set
 
 def test_a_job_naming_another_function_does_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     job = queue.enqueue("os.system", f"touch {marker}")
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert not marker.exists()
@@ -95,7 +95,7 @@ def test_a_timed_out_job_gets_an_error_result(settings: Settings, redis: Redis, 
     result = client.wait(request_id, timeout=5)
     assert result.route == "error:timeout"
     assert "job_timeout_s" in result.error.message  # type: ignore[union-attr]
-    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    job = Queue("laya:llm:default:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None and job.get_status() == JobStatus.FINISHED  # a handled failure is an answer
 
 
@@ -124,7 +124,7 @@ def test_messages_the_chat_template_refuses_get_an_error_result(settings: Settin
 
 
 def test_an_unexpected_worker_failure_still_answers_the_producer(settings: Settings, redis: Redis) -> None:
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     # A Laya job whose payload lacks what the job function needs (a router of another version, say).
     queue.enqueue(JOB_FUNCTION, {"request": {"id": "broken", "prompt": "a"}, "model": "default"},
                   job_id="broken", retry=Retry(max=1))
@@ -218,7 +218,7 @@ def test_a_worker_skips_a_request_that_already_has_a_result(settings: Settings, 
                                                             text="first answer"), None)
     with caplog.at_level(logging.INFO, logger="laya.worker"):
         run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
-    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    job = Queue("laya:llm:default:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None and job.return_value() == {"route": "duplicate"}
     assert f"request {request_id} already has a result; not running it again" in caplog.text
     assert client.result(request_id).text == "first answer"  # type: ignore[union-attr]
@@ -233,7 +233,7 @@ def test_a_worker_does_not_run_a_request_another_worker_holds(settings: Settings
     redis.set(f"laya:lock:{request_id}", "the-other-worker", ex=60)  # it is running there right now
     with caplog.at_level(logging.INFO, logger="laya.worker"):
         run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
-    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    job = Queue("laya:llm:default:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None and job.return_value() == {"route": "duplicate"}
     assert f"request {request_id} is running on b'the-other-worker'; not running it twice" in caplog.text
     assert client.result(request_id) is None  # the holder answers it
@@ -272,7 +272,7 @@ def test_an_unexpected_failure_is_retried_job_retries_times(settings: Settings, 
     client = Client(redis)
     request_id = client.submit("jello", max_tokens=4)
     route_all(settings, redis)
-    job = Queue("laya:llm:default", connection=redis, serializer="json").fetch_job(request_id)
+    job = Queue("laya:llm:default:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None and (job.retries_left or 0) == job_retries
     backend = LlamaBackend(settings)
     attempts = 0
@@ -298,7 +298,7 @@ def test_an_unexpected_failure_is_retried_job_retries_times(settings: Settings, 
 def test_a_worker_stops_listening_for_commands_within_seconds(settings: Settings, redis: Redis) -> None:
     from laya.worker import LayaWorker, _StopSignal
 
-    queue = Queue("laya:llm:default", connection=redis, serializer="json")
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     with _StopSignal() as stop:
         worker = LayaWorker([queue], settings=settings, backend=LlamaBackend(settings), connection=redis, stop=stop)
     worker.subscribe()

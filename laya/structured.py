@@ -1,0 +1,195 @@
+"""Structured output: JSON that always parses, and, given a schema, matches it.
+
+A request's ``response_format`` is ``{"type": "json_object"}`` (any JSON
+object) or ``{"type": "json_schema", "schema": {...}}``. The worker turns it
+into a llama.cpp grammar (llama-cpp-python's JSON-schema converter), so every
+token the model may pick keeps the text on a path to valid JSON.
+
+That converter enforces only some of JSON Schema and silently ignores the rest
+(``minimum`` on a number, ``format: email``, ``uniqueItems``...): a schema
+relying on those would get text that parses but breaks the schema.
+:func:`check_schema` therefore runs in the router, without llama.cpp, and
+refuses any keyword the converter does not enforce, naming it. One gap is
+closed here instead of refused: an integer with ``minimum``/``maximum``
+becomes the enum of its values when the range holds at most
+:data:`MAX_INTEGER_RANGE` of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from laya.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from llama_cpp import LlamaGrammar
+
+    from laya.schema import ResponseFormat
+
+__all__ = ["MAX_INTEGER_RANGE", "ParsedAnswer", "canonical", "check_schema", "grammar_for", "parse_answer"]
+
+MAX_INTEGER_RANGE = 1000
+
+_ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
+                          "deprecated", "readOnly", "writeOnly"})
+_ENFORCED = frozenset({"type", "properties", "required", "additionalProperties", "items", "prefixItems",
+                       "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
+                       "definitions", "pattern", "minLength", "maxLength", "format"})
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
+_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+_SCHEMA_MAPS = ("properties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_MAX_DEPTH = 32
+
+
+def _refuse(path: str, message: str) -> InvalidRequest:
+    return InvalidRequest(f"field 'response_format.schema' at {path}: {message}", field="response_format.schema")
+
+
+def check_schema(schema: Any) -> None:
+    """Refuse (:class:`InvalidRequest`) a schema the grammar converter would not enforce, naming the keyword."""
+    if not isinstance(schema, dict):
+        raise _refuse("#", f"a schema must be a JSON object, got {type(schema).__name__}")
+    for path, node in _walk(schema, "#", 0):
+        _check_node(path, node)
+
+
+def _walk(node: dict[str, Any], path: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    if depth > _MAX_DEPTH:
+        raise _refuse(path, f"nested deeper than {_MAX_DEPTH} levels; flatten the schema")
+    yield path, node
+    for key in _SCHEMA_MAPS:
+        children = node.get(key)
+        if isinstance(children, dict):
+            for name, child in children.items():
+                yield from _child(child, f"{path}/{key}/{name}", depth)
+    for key in _SCHEMA_LISTS:
+        children = node.get(key)
+        if isinstance(children, list):
+            for i, child in enumerate(children):
+                yield from _child(child, f"{path}/{key}/{i}", depth)
+    for key in ("items", "additionalProperties"):
+        child = node.get(key)
+        if isinstance(child, dict):
+            yield from _child(child, f"{path}/{key}", depth)
+
+
+def _child(child: Any, path: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    if not isinstance(child, dict):
+        raise _refuse(path, f"a schema must be a JSON object, got {type(child).__name__}")
+    yield from _walk(child, path, depth + 1)
+
+
+def _check_node(path: str, node: dict[str, Any]) -> None:
+    kind = node.get("type")
+    for key in node:
+        if key in _ENFORCED or key in _ANNOTATIONS:
+            continue
+        if key in _BOUNDS and kind == "integer":
+            continue
+        if key in _BOUNDS:
+            raise _refuse(path, f"keyword '{key}' is enforced only on integers (llama.cpp's grammar cannot bound "
+                          "a number); use \"type\": \"integer\", an enum, or check the value yourself")
+        raise _refuse(path, f"keyword '{key}' cannot be turned into a llama.cpp grammar and would be ignored; "
+                      "remove it (supported: " + ", ".join(sorted(_ENFORCED | set(_BOUNDS))) + ")")
+    kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
+    for one in kinds:
+        if one not in _TYPES:
+            raise _refuse(path, f"'type' = {one!r} is not a JSON type; use one of {', '.join(sorted(_TYPES))}")
+    fmt = node.get("format")
+    if fmt is not None and fmt not in _FORMATS:
+        raise _refuse(path, f"'format' = {fmt!r} cannot be enforced by a grammar; supported formats: "
+                      f"{', '.join(sorted(_FORMATS))}, or describe the string with 'pattern'")
+    ref = node.get("$ref")
+    if ref is not None and not (isinstance(ref, str) and ref.startswith("#/")):
+        raise _refuse(path, f"'$ref' = {ref!r}: only references inside the schema (\"#/...\") are followed")
+    if ("anyOf" in node or "oneOf" in node) and {"properties", "items", "enum", "const"} & node.keys():
+        raise _refuse(path, "'anyOf'/'oneOf' beside other constraints: the grammar would keep only the "
+                      "alternatives; move the shared constraints into each alternative")
+    if kind == "integer" and any(b in node for b in _BOUNDS):
+        _integer_range(path, node)
+
+
+def _integer_range(path: str, node: dict[str, Any]) -> range:
+    """The values an integer node with bounds allows; refused when unbounded on a side or too many."""
+    low, high = node.get("minimum"), node.get("maximum")
+    if "exclusiveMinimum" in node:
+        low = _int(path, "exclusiveMinimum", node["exclusiveMinimum"]) + 1
+    if "exclusiveMaximum" in node:
+        high = _int(path, "exclusiveMaximum", node["exclusiveMaximum"]) - 1
+    if low is None or high is None:
+        raise _refuse(path, "an integer bound is enforced only with both a lower and an upper bound (the grammar "
+                      "lists the values); give both 'minimum' and 'maximum'")
+    low, high = _int(path, "minimum", low), _int(path, "maximum", high)
+    if high < low:
+        raise _refuse(path, f"no integer lies between {low} and {high}")
+    if high - low + 1 > MAX_INTEGER_RANGE:
+        raise _refuse(path, f"integer range {low}..{high} holds {high - low + 1} values, over the "
+                      f"{MAX_INTEGER_RANGE} a grammar lists; narrow it or drop the bounds")
+    return range(low, high + 1)
+
+
+def _int(path: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise _refuse(path, f"'{key}' = {value!r}: an integer bound must be a whole number")
+    return int(value)
+
+
+def _enforceable(schema: Any) -> Any:
+    """``schema`` with each bounded integer replaced by the enum of its values (the converter ignores bounds)."""
+    if isinstance(schema, list):
+        return [_enforceable(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema.get("type") == "integer" and any(b in schema for b in _BOUNDS):
+        kept = {k: v for k, v in schema.items() if k in _ANNOTATIONS}
+        return {**kept, "enum": list(_integer_range("#", schema))}
+    return {key: (_enforceable(value) if key not in ("enum", "const", "required", "default", "examples") else value)
+            for key, value in schema.items()}
+
+
+def canonical(response_format: ResponseFormat | None) -> Any:
+    """What the cache key holds of ``response_format``: equal schemas, equal keys (key order ignored)."""
+    if response_format is None:
+        return None
+    return [response_format.type, orjson.dumps(response_format.schema_, option=orjson.OPT_SORT_KEYS).decode()
+            if response_format.schema_ is not None else None]
+
+
+def grammar_for(response_format: ResponseFormat) -> LlamaGrammar:
+    """The llama.cpp grammar for ``response_format`` (worker side: imports llama-cpp-python)."""
+    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
+
+    if response_format.schema_ is None:
+        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
+    check_schema(response_format.schema_)
+    try:
+        gbnf = json_schema_to_gbnf(json.dumps(_enforceable(response_format.schema_)))
+    except (ValueError, AssertionError, KeyError, TypeError) as exc:  # e.g. a 'pattern' outside its regex subset
+        raise InvalidRequest(f"field 'response_format.schema': llama.cpp's converter refused it: {exc}; simplify "
+                             "the part it names (a 'pattern' may use only plain regex syntax)",
+                             field="response_format.schema") from None
+    return LlamaGrammar.from_string(gbnf, verbose=False)
+
+
+class ParsedAnswer:
+    """The outcome of parsing a structured answer: ``value`` when ``complete``."""
+
+    __slots__ = ("complete", "value")
+
+    def __init__(self, complete: bool, value: Any = None) -> None:
+        self.complete = complete
+        self.value = value
+
+
+def parse_answer(text: str) -> ParsedAnswer:
+    """Parse generated JSON; text the grammar allowed that does not parse was cut before it closed."""
+    try:
+        return ParsedAnswer(True, orjson.loads(text))
+    except orjson.JSONDecodeError:
+        return ParsedAnswer(False)
