@@ -8,6 +8,10 @@ A request is *accepted* once its XADD to the ingress stream returns; from then
 on it ends in exactly one result record. :meth:`Client.wait` blocks on the
 request's own wake-up list; :meth:`Client.wait_many` on a reply channel shared
 by many requests, so a batch of thousands waits with one BLPOP at a time.
+:meth:`Client.stream` yields a streaming request's text chunks as the model
+writes them, then its result; :meth:`Client.follow` does the same for a request
+already submitted, from any chunk on (a reader that lost its connection resumes
+after the last chunk it saw).
 
 Every method raises :class:`~laya.errors.ConnectionLost` (a ``LayaError``)
 when the server goes away during the call, never redis-py's own errors: the
@@ -21,6 +25,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,9 +42,21 @@ from laya.errors import ConnectionLost, InvalidRequest
 from laya.keys import Keys
 from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
+from laya.streaming import END, RESET, TEXT
 from laya.wire import Wire
 
-__all__ = ["Client", "make_request"]
+__all__ = ["Chunk", "Client", "make_request"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """A piece of a streaming request's text, as :meth:`Client.stream` yields it."""
+
+    text: str
+    id: str
+    """Its stream entry id: :meth:`Client.follow` ``after=`` this id goes on from the next chunk."""
+    reset: bool = False
+    """The job started again (its worker was lost): drop the text so far; the chunks after this start it anew."""
 
 
 class Client:
@@ -172,6 +189,57 @@ class Client:
                     return None
                 popped = replies.next()
         return decode_result(popped[1]) if popped is not None else None
+
+    def stream(self, prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,
+               timeout: float = 60.0, **params: Any) -> Iterator[Chunk | Result]:
+        """Submit with ``stream: true``; yield :class:`Chunk` s as they are generated, then the :class:`Result`.
+
+        Chunks joined are the result's ``text`` (a :class:`Chunk` with ``reset`` says to start over).
+        A request a rule or the cache answers yields its result alone.
+        """
+        request = _validate(prompt, messages, {**params, "stream": True})
+        self.submit_request(request)
+        yield from self.follow(request.id, timeout=timeout)
+
+    def follow(self, request_id: str, *, after: str = "0-0", timeout: float = 60.0,
+               reconnect_s: float = 30.0) -> Iterator[Chunk | Result]:
+        """Yield the chunks of streaming request ``request_id`` after entry ``after``, then its result.
+
+        ``timeout``: give up (``TimeoutError``) after this long without a chunk. A lost connection is
+        retried for ``reconnect_s``, reading on after the last chunk yielded, so nothing is missed or
+        seen twice; then :class:`ConnectionLost`. Each second without a chunk the result record is
+        checked too: a request answered without an end entry (the reaper's answer for a job whose
+        worker was lost) still ends the stream.
+        """
+        key = self.keys.stream(request_id)
+        last, last_progress, lost_since = after, time.monotonic(), None
+        while True:
+            try:
+                reply: Any = self.redis.xread({key: last}, count=1000, block=1000)
+                found = None if reply else self.results.get(request_id)
+                lost_since = None
+            except (RedisConnectionError, RedisTimeoutError):
+                lost_since = lost_since if lost_since is not None else time.monotonic()
+                if time.monotonic() - lost_since > reconnect_s:
+                    with self._boundary(f"reading the stream of request {request_id}", request_id):
+                        raise
+                time.sleep(0.2)
+                continue
+            if found is not None:
+                yield found
+                return
+            if not reply:
+                if time.monotonic() - last_progress > timeout:
+                    raise TimeoutError(f"no chunk of request {request_id} within {timeout:g} s; "
+                                       f"`laya result {request_id} --wait` waits for its result")
+                continue
+            last_progress = time.monotonic()
+            for entry_id, fields in (next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]):
+                last = entry_id.decode()
+                if END in fields:
+                    yield decode_result(fields[END])
+                    return
+                yield Chunk("", last, reset=True) if RESET in fields else Chunk(fields[TEXT].decode(), last)
 
     @staticmethod
     def new_channel() -> str:

@@ -198,7 +198,11 @@ class CacheStage:
 
 
 class RulesStage:
-    """Reply from a rule's template, or point the request at the rule's model."""
+    """Reply from a rule's template, or point the request at the rule's model.
+
+    A request that asks for structured output (``response_format``) is never answered from a
+    template, whose text is not the JSON asked for; a rule may still choose its model.
+    """
 
     name = "rules"
 
@@ -217,6 +221,8 @@ class RulesStage:
             if spec.model is not None:
                 flight.model = spec.model
                 continue
+            if flight.request.response_format is not None:
+                continue  # a reply template is text, not the JSON asked for: the model answers
             text = match.rule.render(prompt=flight.request.text, matched=match.matched, request_id=flight.request_id)
             flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
 

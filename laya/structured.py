@@ -35,16 +35,28 @@ __all__ = ["MAX_INTEGER_RANGE", "ParsedAnswer", "canonical", "check_schema", "gr
 MAX_INTEGER_RANGE = 1000
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                          "deprecated", "readOnly", "writeOnly"})
-_ENFORCED = frozenset({"type", "properties", "required", "additionalProperties", "items", "prefixItems",
-                       "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs",
-                       "definitions", "pattern", "minLength", "maxLength", "format"})
+                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _MAX_DEPTH = 32
+_APPLIES_TO = {
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "integer": set(_BOUNDS),
+    "number": set(_BOUNDS),
+    "array": {"items", "prefixItems", "minItems", "maxItems"},
+    "object": {"properties", "required", "additionalProperties", "allOf"},
+}
+"""JSON Schema's type-specific keywords: each constrains only values of its type."""
+
+
+def _for_type(node: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The part of ``node`` (whose ``type`` is a list) that applies to values of type ``kind``."""
+    specific = set().union(*_APPLIES_TO.values())
+    return {**{k: v for k, v in node.items() if k not in specific or k in _APPLIES_TO.get(kind, ())},
+            "type": kind}
 
 
 def _refuse(path: str, message: str) -> InvalidRequest:
@@ -85,22 +97,67 @@ def _child(child: Any, path: str, depth: int) -> Iterator[tuple[str, dict[str, A
     yield from _walk(child, path, depth + 1)
 
 
+def _lead(node: dict[str, Any]) -> tuple[str, frozenset[str]]:
+    """The keyword llama-cpp-python's converter acts on for ``node``, and the keywords it then honours.
+
+    The converter looks at one kind of constraint per schema, in this order, and ignores the
+    rest: ``{"pattern": ..., "maxLength": 5}`` gets the pattern and any length.
+    """
+    kind = node.get("type")
+    if "$ref" in node:
+        return "$ref", frozenset({"$ref"})
+    for key in ("anyOf", "oneOf"):
+        if key in node:
+            return key, frozenset({key})
+    for key in ("const", "enum"):
+        if key in node:
+            return key, frozenset({key, "type"})
+    if kind in (None, "object") and ("properties" in node or node.get("additionalProperties", True) is not True):
+        return "properties", frozenset({"type", "properties", "required", "additionalProperties"})
+    if kind in (None, "object") and "allOf" in node:
+        return "allOf", frozenset({"type", "allOf"})
+    if kind in (None, "array") and ("items" in node or "prefixItems" in node):
+        if isinstance(node.get("items", []), list):
+            return "prefixItems", frozenset({"type", "items", "prefixItems"})
+        return "items", frozenset({"type", "items", "minItems", "maxItems"})
+    for key in ("pattern", "format"):
+        if kind in (None, "string") and key in node:
+            return key, frozenset({key, "type"})
+    if kind == "string":
+        return "type", frozenset({"type", "minLength", "maxLength"})
+    if kind == "integer":
+        return "type", frozenset({"type", *_BOUNDS})
+    return "type", frozenset({"type"})
+
+
 def _check_node(path: str, node: dict[str, Any]) -> None:
     kind = node.get("type")
-    for key in node:
-        if key in _ENFORCED or key in _ANNOTATIONS:
-            continue
-        if key in _BOUNDS and kind == "integer":
-            continue
-        if key in _BOUNDS:
-            raise _refuse(path, f"keyword '{key}' is enforced only on integers (llama.cpp's grammar cannot bound "
-                          "a number); use \"type\": \"integer\", an enum, or check the value yourself")
-        raise _refuse(path, f"keyword '{key}' cannot be turned into a llama.cpp grammar and would be ignored; "
-                      "remove it (supported: " + ", ".join(sorted(_ENFORCED | set(_BOUNDS))) + ")")
     kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
     for one in kinds:
         if one not in _TYPES:
             raise _refuse(path, f"'type' = {one!r} is not a JSON type; use one of {', '.join(sorted(_TYPES))}")
+    if isinstance(kind, list):
+        for one in kinds:
+            _check_node(path, _for_type(node, one))
+        return
+    lead, honoured = _lead(node)
+    for key in node:
+        if key in honoured or key in _ANNOTATIONS:
+            continue
+        if key in _BOUNDS and "integer" not in kinds:
+            raise _refuse(path, f"keyword '{key}' is enforced only on integers (llama.cpp's grammar cannot bound "
+                          "a number); use \"type\": \"integer\", an enum, or check the value yourself")
+        where = "here" if lead == "type" else f"beside '{lead}'"
+        raise _refuse(path, f"keyword '{key}' {where} cannot be turned into llama.cpp's grammar and would be "
+                      "silently ignored; remove it, or move it into a schema of its own (anyOf/allOf)")
+    if "anyOf" in node and "oneOf" in node:
+        raise _refuse(path, "'anyOf' and 'oneOf' together: the grammar takes one of them; merge them")
+    if lead == "allOf":
+        for i, part in enumerate(node["allOf"]):
+            extra = set(part) - {"type", "properties", "required", "$ref"} - _ANNOTATIONS
+            if extra or part.get("type", "object") != "object":
+                raise _refuse(f"{path}/allOf/{i}", "'allOf' is enforced only as a merge of object 'properties'; "
+                              f"this part has {', '.join(sorted(extra)) or 'a non-object type'}")
     fmt = node.get("format")
     if fmt is not None and fmt not in _FORMATS:
         raise _refuse(path, f"'format' = {fmt!r} cannot be enforced by a grammar; supported formats: "
@@ -108,10 +165,7 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
     ref = node.get("$ref")
     if ref is not None and not (isinstance(ref, str) and ref.startswith("#/")):
         raise _refuse(path, f"'$ref' = {ref!r}: only references inside the schema (\"#/...\") are followed")
-    if ("anyOf" in node or "oneOf" in node) and {"properties", "items", "enum", "const"} & node.keys():
-        raise _refuse(path, "'anyOf'/'oneOf' beside other constraints: the grammar would keep only the "
-                      "alternatives; move the shared constraints into each alternative")
-    if kind == "integer" and any(b in node for b in _BOUNDS):
+    if "integer" in kinds and any(b in node for b in _BOUNDS):
         _integer_range(path, node)
 
 
@@ -141,12 +195,17 @@ def _int(path: str, key: str, value: Any) -> int:
 
 
 def _enforceable(schema: Any) -> Any:
-    """``schema`` with each bounded integer replaced by the enum of its values (the converter ignores bounds)."""
+    """``schema`` in the terms the converter enforces: a bounded integer becomes the enum of its values
+    (the converter ignores bounds), a list of types an anyOf of one schema per type (the converter
+    would drop the other keywords)."""
     if isinstance(schema, list):
         return [_enforceable(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    if schema.get("type") == "integer" and any(b in schema for b in _BOUNDS):
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return {"anyOf": [_enforceable(_for_type(schema, one)) for one in kind]}
+    if kind == "integer" and any(b in schema for b in _BOUNDS):
         kept = {k: v for k, v in schema.items() if k in _ANNOTATIONS}
         return {**kept, "enum": list(_integer_range("#", schema))}
     return {key: (_enforceable(value) if key not in ("enum", "const", "required", "default", "examples") else value)

@@ -1,0 +1,343 @@
+"""Structured output, streaming, priority lanes and deadlines, end to end on the real parts.
+
+Each test routes with the real router and runs the real RQ worker in-process on a
+generated GGUF model (the tiny hand-wired one, or two layers of Qwen2.5-1.5B in
+Q4_K_M) against the session's Valkey server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from redis import Redis
+from rq import Queue
+
+from laya.backend import LlamaBackend
+from laya.client import Chunk, Client
+from laya.config import Settings
+from laya.keys import Keys
+from laya.router import Router
+from laya.schema import Result
+from laya.worker import run_worker
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "object": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                                "ok": {"type": "boolean"}}, "required": ["name", "ok"]},
+    "enum": {"type": "object", "properties": {"color": {"enum": ["red", "green", "blue"]}}, "required": ["color"]},
+    "array": {"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 2, "maxItems": 4},
+    "nested": {"type": "object", "properties": {
+        "user": {"type": "object", "properties": {"id": {"type": "integer"}, "tags": {
+            "type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3}}, "required": ["id", "tags"]},
+        "note": {"type": ["string", "null"], "maxLength": 5}}, "required": ["user", "note"]},
+    "bounded": {"type": "object", "properties": {"age": {"type": "integer", "minimum": 18, "maximum": 65},
+                                                 "score": {"type": "integer", "exclusiveMinimum": -3,
+                                                           "exclusiveMaximum": 3}},
+                "required": ["age", "score"]},
+    "refs": {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                                 "required": ["x", "y"]}},
+             "type": "object", "properties": {"a": {"$ref": "#/$defs/point"}}, "required": ["a"]},
+    "formats": {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
+                                                 "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}},
+                "required": ["day", "code"]},
+}
+
+
+def route_all(settings: Settings, redis: Redis) -> Router:
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    while entries := router.read_batch():
+        router.handle(entries)
+    return router
+
+
+def work(settings: Settings, redis: Redis, backend: LlamaBackend | None = None) -> None:
+    run_worker(settings, redis, burst=True, backend=backend or LlamaBackend(settings))
+
+
+def with_model(settings: Settings, path: Path, **runtime: Any) -> Settings:
+    return settings.model_copy(update={"model": settings.model.model_copy(update={"path": path}),
+                                       "runtime": settings.runtime.model_copy(update=runtime)})
+
+
+# -- structured output --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", ["tiny", "q4km"])
+def test_every_schema_gets_json_that_validates(settings: Settings, redis: Redis, q4km_model: Path,
+                                               model: str) -> None:
+    if model == "q4km":
+        settings = with_model(settings, q4km_model)
+    client = Client(redis)
+    ids = {name: client.submit("hello", max_tokens=200, response_format={"type": "json_schema", "schema": schema})
+           for name, schema in SCHEMAS.items()}
+    ids["json_object"] = client.submit("{", max_tokens=200, response_format={"type": "json_object"}, cache=False)
+    route_all(settings, redis)
+    work(settings, redis)
+    for name, request_id in ids.items():
+        result = client.wait(request_id, timeout=5)
+        if name == "json_object":  # free-form keys: a steered model may run to max_tokens inside a string
+            assert result.ok == (result.finish_reason == "stop"), result
+            if result.ok:
+                assert isinstance(result.json_value, dict)
+            continue
+        assert result.ok and result.finish_reason == "stop", (name, result)
+        jsonschema.validate(result.json_value, SCHEMAS[name])
+        assert result.json_value == __import__("json").loads(result.text)
+
+
+def test_a_schema_is_part_of_the_cache_key_and_key_order_is_not(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    schema = SCHEMAS["enum"]
+    first = client.submit("pick a color", response_format={"type": "json_schema", "schema": schema})
+    route_all(settings, redis)
+    work(settings, redis)
+    assert client.wait(first, timeout=5).json_value == {"color": "blue"}
+    reordered = {"required": ["color"], "properties": schema["properties"], "type": "object"}
+    same = client.submit("pick a color", response_format={"type": "json_schema", "schema": reordered})
+    other = client.submit("pick a color", response_format={"type": "json_schema", "schema": SCHEMAS["object"]})
+    plain = client.submit("pick a color")
+    route_all(settings, redis)
+    hit = client.wait(same, timeout=5)
+    assert hit.route == "cache" and hit.json_value == {"color": "blue"}
+    assert client.result(other) is None and client.result(plain) is None  # both went to the model queue
+
+
+def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    fmt = {"type": "json_schema", "schema": SCHEMAS["object"]}
+    cut = client.submit("hello", max_tokens=5, response_format=fmt)
+    route_all(settings, redis)
+    work(settings, redis)
+    result = client.wait(cut, timeout=5)
+    assert (result.ok, result.finish_reason, result.json_value) == (False, "length", None)
+    assert result.error is not None and result.error.code == "incomplete_json" and result.error.field == "max_tokens"
+    assert "before the JSON closed" in result.error.message and "Raise max_tokens" in result.error.message
+    assert result.text and result.text.startswith("{")
+    again = client.submit("hello", max_tokens=5, response_format=fmt)
+    route_all(settings, redis)
+    assert client.result(again) is None  # no cached answer: queued for the model again
+
+
+@pytest.mark.parametrize(("schema", "names"), [
+    ({"type": "object", "properties": {"email": {"type": "string", "format": "email"}}}, ["'format'", "'email'"]),
+    ({"type": "number", "minimum": 0}, ["'minimum'", "only on integers"]),
+    ({"type": "array", "items": {"type": "string"}, "uniqueItems": True}, ["'uniqueItems'", "remove it"]),
+    ({"type": "integer", "minimum": 0, "maximum": 5000}, ["0..5000", "5001 values"]),
+    ({"type": "integer", "minimum": 0}, ["both 'minimum' and 'maximum'"]),
+    ({"type": "object", "properties": {"a": {"not": {"type": "string"}}}}, ["#/properties/a", "'not'"]),
+    ({"$ref": "https://example.com/s.json"}, ["'$ref'", "inside the schema"]),
+    ({"type": "strnig"}, ["'strnig'", "not a JSON type"]),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 3}, ["'maxLength' beside 'pattern'", "silently ignored"]),
+    ({"anyOf": [{"type": "string"}, {"type": "null"}], "maxLength": 3}, ["'maxLength' beside 'anyOf'"]),
+    ({"type": "object", "properties": {"a": {"type": "array", "items": [{"type": "string"}], "minItems": 1}}},
+     ["#/properties/a", "'minItems' beside 'prefixItems'"]),
+    ({"type": "object", "required": ["a"]}, ["'required' here"]),
+    ([1, 2], ["<list of 2 items>", "valid dictionary"]),
+])
+def test_the_router_refuses_a_schema_the_grammar_cannot_enforce(settings: Settings, redis: Redis, schema: Any,
+                                                                 names: list[str]) -> None:
+    client = Client(redis)
+    entry = client.submit_raw({b"r": __import__("orjson").dumps(
+        {"id": "schema-check", "prompt": "x", "response_format": {"type": "json_schema", "schema": schema}})})
+    route_all(settings, redis)
+    result = client.wait("schema-check", timeout=5)
+    assert entry and result.route == "error:invalid_request" and result.error is not None
+    assert result.error.field == "response_format.schema" or result.error.field == "response_format"
+    for name in names:
+        assert name in result.error.message, result.error.message
+    assert Queue("laya:llm:default:normal", connection=redis, serializer="json").count == 0
+
+
+# -- streaming ----------------------------------------------------------------------------------------
+
+
+def collect(client: Client, request_id: str, *, kill_after: int | None = None, admin: Redis | None = None,
+            **kwargs: Any) -> tuple[list[tuple[float, Chunk]], list[Result], threading.Thread]:
+    chunks: list[tuple[float, Chunk]] = []
+    results: list[Result] = []
+
+    def read() -> None:
+        for item in client.follow(request_id, timeout=30, **kwargs):
+            if isinstance(item, Result):
+                results.append(item)
+                continue
+            chunks.append((time.time(), item))
+            if kill_after is not None and len(chunks) == kill_after and admin is not None:
+                # The server drops this reader's connection mid-stream; it must go on from this chunk.
+                admin.client_kill_filter(_id=client.redis.client_id())
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return chunks, results, thread
+
+
+def test_chunks_arrive_while_the_model_generates_and_join_into_the_text(
+        settings: Settings, redis: Redis, redis_server: Any, q4km_model: Path) -> None:
+    settings = with_model(settings, q4km_model, stream_flush_ms=0)
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=40, stream=True)
+    route_all(settings, redis)
+    reader = Client(redis_server.client())
+    chunks, results, thread = collect(reader, request_id, kill_after=3, admin=redis_server.client())
+    work(settings, redis)
+    thread.join(30)
+    (result,) = results
+    assert result.ok and result.text == "pqrstuvwxyz" and result.route == "model:default"
+    assert "".join(c.text for _, c in chunks) == result.text  # nothing missed or repeated across the kill
+    assert len(chunks) == len(result.text)  # one chunk per token with stream_flush_ms = 0
+    assert result.finished_at is not None and chunks[0][0] < result.finished_at - 0.005  # streamed, not at the end
+    # A reader that joins late reads on from any chunk it names.
+    late = [c for c in Client(redis).follow(request_id, after=chunks[4][1].id) if isinstance(c, Chunk)]
+    assert "".join(c.text for c in late) == result.text[5:]
+
+
+def test_stop_strings_never_leak_into_chunks(settings: Settings, redis: Redis) -> None:
+    settings = with_model(settings, settings.model.path, stream_flush_ms=0)
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=40, stream=True, stop=["tuv"])
+    route_all(settings, redis)
+    work(settings, redis)
+    items = list(client.follow(request_id, timeout=5))
+    result = items[-1]
+    assert isinstance(result, Result) and result.text == "pqrs" and result.finish_reason == "stop"
+    assert "".join(c.text for c in items[:-1] if isinstance(c, Chunk)) == "pqrs"
+
+
+def test_a_rule_answer_ends_the_stream_at_once(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    started = time.monotonic()
+    items: list[Any] = []
+    thread = threading.Thread(target=lambda: items.extend(client.stream("hello", timeout=5)), daemon=True)
+    thread.start()
+    time.sleep(0.05)
+    route_all(settings, redis)
+    thread.join(5)
+    assert len(items) == 1 and isinstance(items[0], Result) and items[0].route.startswith("rule:")
+    assert time.monotonic() - started < 0.9  # the router's end entry, not the one-second result check
+
+
+def test_a_retried_job_tells_readers_to_start_over(settings: Settings, redis: Redis) -> None:
+    keys = Keys()
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=40, stream=True)
+    route_all(settings, redis)
+    redis.xadd(keys.stream(request_id), {b"t": b"pq"})  # what a worker that died mid-job had sent
+    work(settings, redis)
+    items = list(client.follow(request_id, timeout=5))
+    resets = [i for i, c in enumerate(items) if isinstance(c, Chunk) and c.reset]
+    assert resets == [1]
+    text = "".join(c.text for c in items[resets[0] + 1:] if isinstance(c, Chunk))
+    assert isinstance(items[-1], Result) and text == items[-1].text == "pqrstuvwxyz"
+
+
+# -- priority lanes -----------------------------------------------------------------------------------
+
+
+def test_a_high_job_runs_before_a_backlog_of_bulk(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    bulk = [client.submit(f"bulk {i}", max_tokens=8, priority="bulk") for i in range(6)]
+    normal = client.submit("normal one", max_tokens=8)
+    high = client.submit("urgent one", max_tokens=8, priority="high")
+    route_all(settings, redis)
+    names = {q.name for q in Queue.all(connection=redis, serializer="json")}  # what `rq info` lists
+    assert {"laya:llm:default:high", "laya:llm:default:normal", "laya:llm:default:bulk"} <= names
+    work(settings, redis)
+    order = sorted([high, normal, *bulk], key=lambda i: client.wait(i, timeout=5).finished_at or 0)
+    assert order[:2] == [high, normal] and sorted(order[2:]) == sorted(bulk)
+
+
+def test_a_flood_of_bulk_never_refuses_a_high_request(settings: Settings, redis: Redis) -> None:
+    settings = settings.model_copy(update={"router": settings.router.model_copy(update={"max_queue_depth": 3})})
+    client = Client(redis)
+    bulk = [client.submit(f"bulk {i}", priority="bulk") for i in range(5)]
+    high = client.submit("urgent", priority="high")
+    route_all(settings, redis)
+    routes = [r.route if (r := client.result(i)) else "queued" for i in bulk]
+    assert routes == ["queued"] * 3 + ["rejected:overloaded"] * 2
+    assert "bulk lane" in client.result(bulk[-1]).error.message  # type: ignore[union-attr]
+    assert client.result(high) is None and redis.llen("rq:queue:laya:llm:default:high") == 1
+
+
+# -- deadlines ----------------------------------------------------------------------------------------
+
+
+def test_a_job_not_started_by_its_deadline_is_answered_expired_without_running(settings: Settings,
+                                                                               redis: Redis) -> None:
+    client = Client(redis)
+    late = client.submit("a story", deadline_s=0.4, stream=True)
+    fine = client.submit("another story", deadline_s=60)
+    route_all(settings, redis)
+    time.sleep(0.5)  # the queue was busy for longer than the producer would wait
+    work(settings, redis)
+    expired = client.wait(late, timeout=5)
+    assert expired.route == "error:expired" and not expired.ok and expired.error is not None
+    assert "deadline_s 0.4 passed" in expired.error.message and "nothing ran" in expired.error.message
+    assert expired.usage.completion_tokens == 0 and expired.timings.ttft_ms is None
+    assert expired.timings.queue_wait_ms is not None and expired.timings.queue_wait_ms >= 400
+    assert [i for i in client.follow(late, timeout=5)] == [expired]  # a streaming reader gets the end too
+    assert client.wait(fine, timeout=5).route == "model:default"
+
+
+def test_a_request_expired_before_routing_never_becomes_a_job(settings: Settings, redis: Redis) -> None:
+    client = Client(redis)
+    request_id = client.submit("a story", deadline_s=0.05)
+    time.sleep(0.1)
+    route_all(settings, redis)
+    result = client.wait(request_id, timeout=1)
+    assert result.route == "error:expired" and "before the router reached" in result.error.message  # type: ignore[union-attr]
+    assert Queue("laya:llm:default:normal", connection=redis, serializer="json").count == 0
+
+
+@pytest.fixture(scope="module")
+def endless_q4km(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two Qwen2.5-1.5B layers in Q4_K_M that never stop: decoding at a real model's pace on this CPU."""
+    from laya.shapedmodel import SHAPES, write_shaped_model
+
+    return write_shaped_model(tmp_path_factory.mktemp("endless") / "endless-q4_k_m.gguf",
+                              SHAPES["qwen2.5-1.5b"].with_layers(2), "Q4_K_M", stops=False)
+
+
+def test_generation_past_the_deadline_is_cut_with_the_text_so_far(settings: Settings, redis: Redis,
+                                                                  endless_q4km: Path) -> None:
+    settings = with_model(settings, endless_q4km)
+    backend = LlamaBackend(settings)
+    client = Client(redis)
+    request_id = client.submit("a", max_tokens=4000, deadline_s=1.5)
+    route_all(settings, redis)
+    started = time.monotonic()
+    work(settings, redis, backend)
+    assert time.monotonic() - started < 5  # not the 4,000 tokens
+    result = client.wait(request_id, timeout=5)
+    assert result.ok and result.finish_reason == "deadline" and result.route == "model:default"
+    assert 5 < result.usage.completion_tokens < 4000 and len(result.text or "") == result.usage.completion_tokens
+    again = client.submit("a", max_tokens=4000, deadline_s=1.5)
+    route_all(settings, redis)
+    assert client.result(again) is None  # a cut answer is never cached
+
+
+@pytest.mark.parametrize(("fields", "field", "words"), [
+    ({"deadline_s": -1}, "deadline_s", ["-1", "greater than 0", "seconds from submit"]),
+    ({"deadline_s": "soon"}, "deadline_s", ["'soon'", "seconds from submit"]),
+    ({"priority": "urgent"}, "priority", ["'urgent'", "\"high\", \"normal\", \"bulk\""]),
+    ({"stream": "yes"}, "stream", ["'yes'", "true or false"]),
+    ({"response_format": {"type": "xml"}}, "response_format.type", ["'xml'", "json_object"]),
+    ({"response_format": {"type": "json_schema"}}, "response_format", ["needs a 'schema'"]),
+    ({"response_format": {"type": "json_schema", "schema": "{}"}}, "response_format.schema", ["'{}'"]),
+])
+def test_bad_pipeline_fields_name_the_field_the_value_and_the_fix(settings: Settings, redis: Redis,
+                                                                  fields: dict[str, Any], field: str,
+                                                                  words: list[str]) -> None:
+    import orjson
+
+    client = Client(redis)
+    client.submit_raw({b"r": orjson.dumps({"id": "bad-field", "prompt": "x", **fields})})
+    route_all(settings, redis)
+    result = client.wait("bad-field", timeout=5)
+    assert result.route == "error:invalid_request" and result.error is not None and result.error.field == field
+    for word in words:
+        assert word in result.error.message, result.error.message
