@@ -152,22 +152,65 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise InvalidRequest("the prompt is empty: pass the text to send as an argument (laya submit \"...\") "
                              "or on stdin", field="prompt")
     params: dict[str, Any] = {"model": args.model, "max_tokens": args.max_tokens,
-                              "temperature": args.temperature}
+                              "temperature": args.temperature, "priority": args.priority,
+                              "deadline_s": args.deadline, "response_format": _response_format(args)}
     given = {k: v for k, v in params.items() if v is not None}
+    if args.stream:
+        given["stream"] = True
     try:
         request = make_request(prompt, **given)  # checked before connecting: no server needed to say what is wrong
     except InvalidRequest as exc:
-        if exc.field in given:  # name the option the user typed, not the request field behind it
+        option = _OPTION_OF.get((exc.field or "").split(".")[0])
+        if option is not None:  # name the option the user typed, not the request field behind it
             reason = exc.message.removeprefix(f"{exc.field}: ")
-            raise InvalidRequest(f"--{exc.field.replace('_', '-')} {given[exc.field]}: {reason}",
+            raise InvalidRequest(f"{option} {getattr(args, option[2:].replace('-', '_'))}: {reason}",
                                  field=exc.field) from None
         raise
     client = _client(_settings(args))
     request_id = client.submit_request(request)
+    if args.stream:
+        return _print_stream(client, request_id, timeout=args.timeout, as_json=args.json)
     if not args.wait:
         print(request_id)
         return 0
     return _print_result(client.wait(request_id, timeout=args.timeout), args.json)
+
+
+_OPTION_OF = {"model": "--model", "max_tokens": "--max-tokens", "temperature": "--temperature",
+              "priority": "--priority", "deadline_s": "--deadline", "response_format": "--schema"}
+
+
+def _response_format(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``--json-output`` or ``--schema FILE`` as a request's ``response_format``."""
+    if args.schema is not None:
+        try:
+            schema = orjson.loads(Path(args.schema).read_bytes())
+        except OSError as exc:
+            raise FileAccessError(f"cannot read {args.schema}: {exc.strerror or exc}") from None
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequest(f"--schema {args.schema}: not JSON ({exc}); give a file holding a JSON schema",
+                                 field="response_format.schema") from None
+        return {"type": "json_schema", "schema": schema}
+    return {"type": "json_object"} if args.json_output else None
+
+
+def _print_stream(client: Any, request_id: str, *, timeout: float, as_json: bool) -> int:
+    """Print a streaming request's chunks as they come, then end the line (or print the record)."""
+    from laya.client import Chunk
+
+    for item in client.follow(request_id, timeout=timeout):
+        if isinstance(item, Chunk):
+            text = "\n[the job started again; its text so far is void]\n" if item.reset else item.text
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            continue
+        if item.route.startswith("model:") and not as_json:
+            print()
+            if not item.ok:
+                print(f"{item.route}: {item.error.message if item.error else ''}", file=sys.stderr)
+            return 0 if item.ok else 1
+        return _print_result(item, as_json)  # a rule, the cache or an error answered: no chunks came
+    return 1
 
 
 def cmd_result(args: argparse.Namespace) -> int:
@@ -297,9 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, metavar="N", help="most tokens to generate "
                                                                "(default: runtime.default_max_tokens)")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature, 0-5 (default 0: greedy)")
+    p.add_argument("--priority", choices=["high", "normal", "bulk"],
+                   help="queue lane: a worker takes high before normal before bulk (default normal)")
+    p.add_argument("--deadline", type=float, metavar="SECONDS",
+                   help="not started within this many seconds: answered error:expired; still generating: cut")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json-output", action="store_true", help="ask for a JSON object (grammar-constrained)")
+    fmt.add_argument("--schema", metavar="FILE", help="ask for JSON that matches the JSON schema in FILE")
     p.add_argument("--wait", action="store_true", help="wait for the result and print it")
+    p.add_argument("--stream", action="store_true", help="print the text as the model generates it")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                   help="with --wait, give up after this long (default 300)")
+                   help="with --wait, give up after this long (default 300); with --stream, after this long "
+                        "without a chunk")
     p.add_argument("--json", action="store_true", help="print the whole result record")
     p.set_defaults(func=cmd_submit)
     p = sub.add_parser("result", help="print the result record of a request id, or where the request is")

@@ -43,6 +43,7 @@ from laya.keys import Keys
 from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
 from laya.streaming import END, RESET, TEXT
+from laya.structured import check_schema
 from laya.wire import Wire
 
 __all__ = ["Chunk", "Client", "make_request"]
@@ -320,12 +321,15 @@ def _entry(request: Request) -> dict[FieldT, EncodableT]:
 def _validate(prompt: str | None, messages: list[dict[str, str]] | None, params: dict[str, Any]) -> Request:
     """A request from the client's arguments, or :class:`InvalidRequest` naming the field."""
     try:
-        return Request.model_validate({"prompt": prompt, "messages": messages, **params})
+        request = Request.model_validate({"prompt": prompt, "messages": messages, **params})
     except ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"]) or None
         raise InvalidRequest(f"{field + ': ' if field else ''}{error_message(first, mapping='an object')}",
                              field=field) from None
+    if request.response_format is not None and request.response_format.schema_ is not None:
+        check_schema(request.response_format.schema_)  # what the router would refuse, refused before sending
+    return request
 
 
 def make_request(prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,

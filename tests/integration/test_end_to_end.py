@@ -82,6 +82,32 @@ def test_mixed_traffic_through_real_processes(redis: Redis, redis_server: Server
     assert "laya-default-" in info  # the worker, named after its model
 
 
+def test_submit_streams_and_asks_for_json_through_real_processes(
+        redis_server: Server, tiny_model: Path, routes_file: Path, tmp_path: Path,
+        processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    env = laya_env(redis_server.url, tiny_model, routes_file)
+
+    def submit(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(BIN / "laya"), "submit", *argv], env=env, capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    streamed = submit("--stream", "--priority", "high", "--deadline", "30", "jello")
+    assert (streamed.returncode, streamed.stdout) == (0, "pqrstuvwxyz\n"), streamed.stderr
+    rule = submit("--stream", "hello")  # no chunks: the rule's answer is printed as it is
+    assert (rule.returncode, rule.stdout) == (0, "Hello!\n"), rule.stderr
+    schema = tmp_path / "color.json"
+    schema.write_bytes(orjson.dumps({"type": "object", "properties": {"color": {"enum": ["red", "blue"]}},
+                                     "required": ["color"]}))
+    answer = submit("--wait", "--json", "--schema", str(schema), "hello")  # a rule never answers with JSON
+    record = orjson.loads(answer.stdout)
+    assert record["route"] == "model:default" and record["json"] == {"color": "blue"}, answer.stderr
+    refused = submit("--wait", "--schema", str(schema), "--deadline", "0", "x")
+    assert refused.returncode == 2 and "--deadline 0.0: must be more than 0" in refused.stderr
+    schema.write_bytes(orjson.dumps({"type": "string", "format": "email"}))
+    refused = submit("--wait", "--schema", str(schema), "x")
+    assert refused.returncode == 2 and "'format' = 'email' cannot be enforced" in refused.stderr
+
+
 @pytest.mark.skipif(shutil.which("pgrep") is None, reason="needs pgrep")
 def test_laya_up_serves_and_stops_cleanly_on_sigint(tmp_path: Path, tiny_model: Path) -> None:
     port = free_port()
