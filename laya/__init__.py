@@ -27,10 +27,10 @@ if _command(_sys.argv) == "worker":  # `laya worker`, `python -m laya worker`: b
     # native libraries is not found yet; loading llama.cpp first is what a worker can do today.
     import llama_cpp  # noqa: F401
 
-from laya.client import Client
+from laya.client import Chunk, Client
 from laya.config import Settings, load_settings
 from laya.errors import LayaError
 from laya.schema import Message, Request, Result
 
-__all__ = ["Client", "LayaError", "Message", "Request", "Result", "Settings", "load_settings"]
+__all__ = ["Chunk", "Client", "LayaError", "Message", "Request", "Result", "Settings", "load_settings"]
 __version__ = "0.1.0"
