@@ -48,6 +48,10 @@ class Keys:
         """List a single waiter blocks on (BLPOP) until the result is pushed."""
         return f"{self.prefix}:done:{request_id}"
 
+    def bell(self, model: str) -> str:
+        """List the router pushes to when it enqueues jobs for a model; idle workers block on it."""
+        return f"{self.prefix}:bell:{model}"
+
     def stream(self, request_id: str) -> str:
         """Stream of a streaming request's text chunks, then its end entry (:mod:`laya.streaming`)."""
         return f"{self.prefix}:stream:{request_id}"

@@ -50,6 +50,7 @@ from laya.config import Settings
 from laya.errors import Expired, LayaError, RequestError
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
+from laya.lanes import ring
 from laya.reaper import Reaper
 from laya.results import ResultStore
 from laya.rules import RuleSet, load_rules, why_no_rules
@@ -519,6 +520,7 @@ class Router:
                         max_len=self.settings.runtime.stream_max_chunks)
             for lane, datas in by_queue.items():
                 self.queues[lane].enqueue_many(datas, pipeline=pipe)
+                ring(pipe, self.keys.bell(lane[0]), len(datas))
             for lane in by_queue:
                 pipe.llen(self.queues[lane].key)
             replies = pipe.execute()

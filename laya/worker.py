@@ -35,6 +35,7 @@ from laya.connection import renew_lock
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError, UnplannableModel
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
+from laya.lanes import LaneQueue
 from laya.machine import Machine, MiB, detect_machine
 from laya.modelfile import read_model_info
 from laya.planner import Plan, extra_buffers, make_plan, plan_input
@@ -102,6 +103,8 @@ class LayaWorker(SimpleWorker):
     def __init__(self, queues: list[Queue], *, settings: Settings, backend: LLMBackend,
                  connection: Redis, stop: _StopSignal, **kwargs: Any) -> None:
         super().__init__(queues, connection=connection, serializer="json", **kwargs)
+        self.queue_class = type("ModelLanes", (LaneQueue,), {"bell": Keys(settings.redis.prefix).bell(
+            settings.model.name)})
         self.stop = stop
         self.settings = settings
         self.backend = backend
@@ -143,6 +146,11 @@ class LayaWorker(SimpleWorker):
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
         self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
             sleep_time=1, daemon=True, exception_handler=self._pubsub_exception_handler)
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """RQ's bookkeeping, always taking the job id out of its lane's intermediate list: RQ does that
+        only for one-queue workers, and an id left there would look lost to the reaper."""
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return self.settings.runtime.heartbeat_ttl_s
@@ -271,7 +279,8 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
         backend, plan = plan_and_load(settings, force=force)
     keys = Keys(settings.redis.prefix)
     # Listed highest lane first: RQ takes the next job from the first non-empty queue of the list.
-    queues = [Queue(keys.queue_name(settings.model.name, lane), connection=redis, serializer="json") for lane in LANES]
+    queues = [LaneQueue(keys.queue_name(settings.model.name, lane), connection=redis, serializer="json")
+              for lane in LANES]
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
     with _StopSignal() as stop:
         stop.install()

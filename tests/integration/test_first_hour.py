@@ -255,7 +255,7 @@ def test_result_tells_an_unknown_id_from_a_pending_request(redis: Redis, redis_s
     job = queue.enqueue(JOB_FUNCTION, args=[{}], job_id="queued-one")
     queued = laya("result", "queued-one", env=bare)
     assert queued.returncode == 3
-    assert ("it is queued for the model on RQ queue laya:llm:default, 2 of 2; no worker serves that queue"
+    assert ("it is queued for the model on RQ queue laya:llm:default:normal, 2 of 2; no worker serves that queue"
             in one_line(queued.stderr))
     job.set_status(JobStatus.STARTED)
     job.worker_name = "laya-default-host-1"

@@ -251,6 +251,59 @@ def test_a_high_job_runs_before_a_backlog_of_bulk(settings: Settings, redis: Red
     assert order[:2] == [high, normal] and sorted(order[2:]) == sorted(bulk)
 
 
+def lane_worker(settings: Settings, redis: Redis) -> Any:
+    from laya.lanes import LaneQueue
+    from laya.schema import LANES
+    from laya.worker import LayaWorker, _StopSignal
+
+    queues = [LaneQueue(Keys().queue_name("default", lane), connection=redis, serializer="json") for lane in LANES]
+    with _StopSignal() as stop:
+        return LayaWorker(queues, settings=settings, backend=LlamaBackend(settings), connection=redis, stop=stop,
+                          name=f"lanes-{time.monotonic_ns()}")
+
+
+def test_a_job_taken_from_a_lane_is_never_in_no_list_so_the_reaper_can_requeue_it(settings: Settings,
+                                                                                  redis: Redis) -> None:
+    client = Client(redis)
+    bulk = client.submit("bulk job", priority="bulk")
+    high = client.submit("high job", priority="high")
+    router = route_all(settings, redis)
+    bulk_queue, high_queue = router.queues[("default", "bulk")], router.queues[("default", "high")]
+    worker = lane_worker(settings, redis)
+    job, queue = worker.dequeue_job_and_maintain_ttl(timeout=1)  # a worker that dies right after this
+    assert (job.id, queue.name) == (high, "laya:llm:default:high")
+    assert high_queue.job_ids == [] and high_queue.intermediate_queue.get_job_ids() == [high]  # not lost
+    ttl = settings.runtime.heartbeat_ttl_s
+    router.reaper.run_once()
+    router.reaper.run_once(now=time.time() + ttl + 1)
+    assert high_queue.job_ids == [high]  # requeued: the next worker runs it
+    work(settings, redis)
+    assert client.wait(high, timeout=5).route == client.wait(bulk, timeout=5).route == "model:default"
+    for lane_queue in (high_queue, bulk_queue):  # a started job leaves no id behind for the reaper to find
+        assert lane_queue.intermediate_queue.get_job_ids() == []
+
+
+def test_an_idle_worker_wakes_on_the_router_s_bell(settings: Settings, redis: Redis) -> None:
+    from laya.lanes import IDLE_RESCAN_S
+
+    worker = lane_worker(settings, redis)
+    taken: list[Any] = []
+
+    def take() -> None:
+        job = worker.dequeue_job_and_maintain_ttl(timeout=10)
+        taken.append((time.monotonic(), job))
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    time.sleep(0.1)  # blocked on the bell now, with most of a rescan interval to go
+    request_id = Client(redis).submit("bulk job", priority="bulk")
+    sent = time.monotonic()
+    route_all(settings, redis)
+    thread.join(10)
+    [(when, (job, _))] = taken
+    assert job.id == request_id and when - sent < IDLE_RESCAN_S * 0.5  # the bell, not the rescan
+
+
 def test_a_flood_of_bulk_never_refuses_a_high_request(settings: Settings, redis: Redis) -> None:
     settings = settings.model_copy(update={"router": settings.router.model_copy(update={"max_queue_depth": 3})})
     client = Client(redis)
