@@ -100,8 +100,9 @@ def main() -> None:
     lines = [
         f"# Streaming: time to first chunk, {args.requests} requests",
         "",
-        f"Qwen2.5-1.5B shapes, {args.layers} layers, Q4_K_M, on this machine's CPU; {args.max_tokens} tokens each; "
-        "one request at a time; router and worker are separate processes; `runtime.stream_flush_ms` 20 (default).",
+        (f"Qwen2.5-1.5B shapes, {args.layers} layers, Q4_K_M, on this machine's CPU; {args.max_tokens} tokens "
+         "each; one request at a time; router and worker are separate processes; `runtime.stream_flush_ms` 20 "
+         "(default)."),
         "`python bench/streaming.py` reproduces it.",
         "",
         "| per request, ms | p50 | p99 | mean |",
@@ -112,8 +113,8 @@ def main() -> None:
         f"| producer: submit → result, streaming | {stats_ms(total_stream_ms)} |",
         f"| producer: submit → result, not streaming | {stats_ms(total_plain_ms)} |",
         "",
-        f"Decode rate reported by the worker (median): {statistics.median(tok_s_stream):.1f} tok/s streaming, "
-        f"{statistics.median(tok_s_plain):.1f} tok/s not streaming.",
+        (f"Decode rate reported by the worker (median): {statistics.median(tok_s_stream):.1f} tok/s streaming, "
+         f"{statistics.median(tok_s_plain):.1f} tok/s not streaming."),
     ]
     write_results("streaming.md", lines, run=(
         f"first chunk p50 {percentile(sorted(first_ms), 50):.2f} ms vs worker TTFT path "

@@ -63,7 +63,7 @@ class LaneQueue(Queue):
     """Set by the worker: the list it blocks on while every lane is empty."""
 
     @classmethod
-    def dequeue_any(cls, queues: Iterable[Queue], timeout: int | None, connection: Redis,  # type: ignore[override]
+    def dequeue_any(cls, queues: Iterable[Queue], timeout: int | None, connection: Redis,
                     job_class: type[Job] | None = None, serializer: Any = None,
                     death_penalty_class: Any = None) -> tuple[Job, Queue] | None:
         """The next job of the highest non-empty lane; RQ's contract: ``None`` at once when

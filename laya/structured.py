@@ -26,7 +26,7 @@ import orjson
 from laya.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from llama_cpp import LlamaGrammar
+    from llama_cpp.llama_grammar import LlamaGrammar
 
     from laya.schema import ResponseFormat
 

@@ -103,8 +103,9 @@ class LayaWorker(SimpleWorker):
     def __init__(self, queues: list[Queue], *, settings: Settings, backend: LLMBackend,
                  connection: Redis, stop: _StopSignal, **kwargs: Any) -> None:
         super().__init__(queues, connection=connection, serializer="json", **kwargs)
-        self.queue_class = type("ModelLanes", (LaneQueue,), {"bell": Keys(settings.redis.prefix).bell(
+        lanes: type[Queue] = type("ModelLanes", (LaneQueue,), {"bell": Keys(settings.redis.prefix).bell(
             settings.model.name)})
+        self.queue_class = lanes
         self.stop = stop
         self.settings = settings
         self.backend = backend
@@ -279,8 +280,8 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
         backend, plan = plan_and_load(settings, force=force)
     keys = Keys(settings.redis.prefix)
     # Listed highest lane first: RQ takes the next job from the first non-empty queue of the list.
-    queues = [LaneQueue(keys.queue_name(settings.model.name, lane), connection=redis, serializer="json")
-              for lane in LANES]
+    queues: list[Queue] = [LaneQueue(keys.queue_name(settings.model.name, lane), connection=redis, serializer="json")
+                           for lane in LANES]
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
     with _StopSignal() as stop:
         stop.install()
