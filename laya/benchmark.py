@@ -38,7 +38,8 @@ from laya.schema import Request
 from laya.stats import percentile
 from laya.text import normalise
 
-__all__ = ["RoutingBench", "run_routing_bench", "synthetic_rules", "synthetic_texts"]
+__all__ = ["RoutingBench", "SemanticRoutingBench", "run_routing_bench", "run_semantic_routing_bench",
+           "synthetic_intents", "synthetic_rules", "synthetic_texts"]
 
 T = TypeVar("T")
 
@@ -173,8 +174,8 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     # A router that never connects: its stages are built as `laya router` builds them.
     router = Router(settings, Redis(), consumer="bench", rules=rules)
     order = [stage.name for stage in router.stages]
-    assert order == ["decode", "rules", "cache", "admission"], order
-    decide_stages = router.stages[1:3]
+    assert order == ["decode", "rules", "intents", "cache", "semantic_cache", "admission"], order
+    decide_stages = router.stages[1:-1]
     cache = router.cache_stage.local
     prompts = list(_cached_prompts(cache_entries, rng))
     for prompt in prompts:
@@ -213,3 +214,141 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     return RoutingBench(n_rules, cache_entries, requests, laya, naive_figures,
                         {"decode_only_p50": round(d50, 2), "decode_and_route_p50": round(r50, 2),
                          "routing_cost_p50": round(r50 - d50, 2)})
+
+
+INTENT_VERBS = ["cancel", "refund", "track", "change", "reset", "book", "order", "return", "upgrade", "delete",
+                "export", "rename", "schedule", "translate", "summarise", "explain", "compare", "find", "share",
+                "update"]
+INTENT_OBJECTS = ["order", "invoice", "password", "meeting", "report", "subscription", "flight", "table", "account",
+                  "package", "contract", "address", "budget", "ticket", "playlist", "photos", "server", "database",
+                  "payment", "reservation", "newsletter", "profile", "calendar", "backup", "license", "delivery",
+                  "membership", "insurance", "mortgage", "prescription", "appointment", "warranty", "voucher",
+                  "receipt", "statement", "loan", "parcel", "hotel room", "rental car", "train ticket", "gift card",
+                  "email address", "phone number", "bank card", "pension", "tax return", "invoice address",
+                  "shipping label", "support case", "device"]
+INTENT_FRAMES = ["please {v} my {o}", "how do i {v} my {o}", "i want to {v} my {o}", "can you {v} my {o} for me",
+                 "{v} my {o} now", "i need to {v} the {o}", "help me {v} my {o}", "could you {v} the {o} please",
+                 "i would like to {v} my {o}", "is it possible to {v} my {o}", "what do i do to {v} my {o}",
+                 "{v} {o}"]
+
+
+def synthetic_intents(n: int) -> list[RuleSpec]:
+    """``n`` rules with 10 example sentences each, one (verb, object) intent per rule."""
+    rules = []
+    for i in range(n):
+        verb, obj = INTENT_VERBS[i % len(INTENT_VERBS)], INTENT_OBJECTS[(i // len(INTENT_VERBS)) % len(INTENT_OBJECTS)]
+        examples = [frame.format(v=verb, o=obj) for frame in INTENT_FRAMES[:10]]
+        action: dict[str, Any] = {"reply": f"intent {i}"} if i % 2 else {"model": "default"}
+        rules.append(RuleSpec(name=f"intent{i}", examples=examples, **action))
+    return rules
+
+
+def synthetic_intent_texts(count: int, rng: random.Random) -> list[str]:
+    """Requests no pattern matches: half phrase an intent in a way its examples do not, half match nothing."""
+    texts = []
+    for _ in range(count):
+        if rng.random() < 0.5:
+            frame = rng.choice(INTENT_FRAMES[10:])
+            texts.append(frame.format(v=rng.choice(INTENT_VERBS), o=rng.choice(INTENT_OBJECTS)))
+        else:
+            texts.append(" ".join(rng.sample(WORDS, rng.randrange(6, 20))) + f" {rng.randrange(10**6)}")
+    return texts
+
+
+@dataclass
+class SemanticRoutingBench:
+    rules: int
+    intents: int
+    examples: int
+    requests: int
+    exact_baseline: dict[str, float]
+    """The exact-kind mix on a router without semantic rules (as ``laya bench routing``)."""
+    exact_with_semantic: dict[str, float]
+    """The same requests on the router that also holds the semantic rules."""
+    semantic: dict[str, float]
+    """Requests no pattern matches: normalise, rules, intents (embed + search), cache."""
+    brute_force_search: dict[str, float]
+    """The intents' search alone as one full matrix product (the baseline of the index)."""
+    index_search: dict[str, float]
+    intent_hits: float
+    load_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rules": self.rules, "intents": self.intents, "examples": self.examples, "requests": self.requests,
+                "exact_baseline_us": self.exact_baseline, "exact_with_semantic_rules_us": self.exact_with_semantic,
+                "semantic_decision_us": self.semantic, "index_search_us": self.index_search,
+                "brute_force_search_us": self.brute_force_search, "intent_hit_share": self.intent_hits,
+                "embedder_load_s": self.load_s}
+
+    def table(self) -> str:
+        rows = [f"semantic routing: {self.rules} pattern rules + {self.intents} intents x "
+                f"{self.examples // max(self.intents, 1)} examples ({self.examples:,} examples), "
+                f"{self.requests:,} requests per row; embedder loaded in {self.load_s:.2f} s", "",
+                f"{'what':<58}{'p50 µs':>9}{'p99 µs':>9}{'mean µs':>9}"]
+        for name, figures in (
+                ("exact mix, router without intents (baseline)", self.exact_baseline),
+                ("exact mix, router with the intents", self.exact_with_semantic),
+                ("no pattern matches: rules + intents + cache", self.semantic),
+                ("  of which the example search (index)", self.index_search),
+                ("  the same search as one matrix product", self.brute_force_search)):
+            rows.append(f"{name:<58}{figures['p50']:>9.2f}{figures['p99']:>9.2f}{figures['mean']:>9.2f}")
+        rows += ["", f"{self.intent_hits:.0%} of the no-pattern requests matched an intent"]
+        return "\n".join(rows)
+
+
+def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, requests: int = 20_000,
+                               seed: int = 7) -> SemanticRoutingBench:
+    from redis import Redis
+
+    from laya.config import Settings
+    from laya.embedder import load_embedder
+    from laya.intents import IntentIndex
+    from laya.router import Flight, Router
+
+    rng = random.Random(seed)
+    started = time.perf_counter()
+    embedder = load_embedder()
+    load_s = time.perf_counter() - started
+    literal = synthetic_rules(n_rules)
+    intents = synthetic_intents(n_intents)
+    settings = Settings.model_validate({"router": {"cache_size": 10_000}})
+    exact_router = Router(settings, Redis(), consumer="bench", rules=RuleSet(literal, source="<bench>"))
+    router = Router(settings, Redis(), consumer="bench", rules=RuleSet([*literal, *intents], source="<bench>"))
+    if router.intent_stage.index is None:
+        raise RuntimeError("the router built no intent index: is the embedder (wordllama) installed?")
+    index: IntentIndex = router.intent_stage.index
+    exact_texts = synthetic_texts(n_rules, ["not cached"], requests, rng)
+    semantic_texts = synthetic_intent_texts(requests, rng)
+    no_redis: Any = _NoRedis()
+    clock = time.perf_counter_ns
+
+    def decider(r: Router) -> Callable[[Request], object]:
+        stages, accept = r.stages[1:-1], r.decode_stage.accept
+
+        def decide(request: Request) -> object:
+            flight = Flight("0-0", {}, clock())
+            accept(flight, request)
+            for stage in stages:
+                stage.run([flight], no_redis)
+            return flight.route or flight.model
+        return decide
+
+    exact_in = [Request(prompt=t) for t in exact_texts]
+    semantic_in = [Request(prompt=t) for t in semantic_texts]
+    exact_decide, decide = decider(exact_router), decider(router)
+    _timed(exact_in[:1000], exact_decide)
+    _timed(semantic_in[:1000], decide)
+    # Interleaved halves, so a change in the machine's load falls on both sides alike.
+    half = len(exact_in) // 2
+    base = _timed(exact_in[:half], exact_decide)
+    with_semantic = _timed(exact_in[:half], decide)
+    base += _timed(exact_in[half:], exact_decide)
+    with_semantic += _timed(exact_in[half:], decide)
+    semantic = _timed(semantic_in, decide)
+    hits = sum(1 for r in semantic_in if index.match(normalise(r.text)) is not None) / len(semantic_in)
+    queries = [embedder.embed(normalise(t)) for t in semantic_texts[:5000]]
+    searched = _timed(queries, index.index.search)
+    brute = _timed(queries, index.index.brute_force)
+    return SemanticRoutingBench(n_rules, n_intents, len(index), requests, _summary(base), _summary(with_semantic),
+                                _summary(semantic), _summary(brute), _summary(searched), round(hits, 3),
+                                round(load_s, 2))

@@ -21,7 +21,7 @@ from laya.schema import Request
 from laya.structured import canonical
 from laya.text import normalise
 
-__all__ = ["CachedAnswer", "LocalCache", "cache_key", "cacheable"]
+__all__ = ["CachedAnswer", "LocalCache", "cache_key", "cacheable", "generation_params"]
 
 CachedAnswer = dict[str, Any]
 """``{"text", "model", "finish_reason", "usage"}`` (and ``json`` for structured output) as stored in Redis."""
@@ -38,11 +38,16 @@ def cache_key(request: Request, model: str, max_tokens: int, normalised: str | N
         body: Any = [(m.role, normalise(m.content)) for m in request.messages]
     else:
         body = normalised if normalised is not None else normalise(request.text)
-    material = orjson.dumps([
-        model, max_tokens, request.temperature, request.top_p, request.top_k,
-        request.repeat_penalty, request.seed, request.stop, body, canonical(request.response_format),
-    ])
-    return blake2b(material, digest_size=16).hexdigest()
+    params = generation_params(request, model, max_tokens)
+    params.insert(-1, body)  # the key's material as it has always been ordered: keys already stored stay valid
+    return blake2b(orjson.dumps(params), digest_size=16).hexdigest()
+
+
+def generation_params(request: Request, model: str, max_tokens: int) -> list[Any]:
+    """Everything but the text that decides a model's answer: the model, the budget, the sampling
+    parameters, the stop strings and the response format (schema included)."""
+    return [model, max_tokens, request.temperature, request.top_p, request.top_k, request.repeat_penalty,
+            request.seed, request.stop, canonical(request.response_format)]
 
 
 def cacheable(finish_reason: str | None, completion_tokens: int, max_tokens: int) -> bool:

@@ -269,9 +269,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from laya.benchmark import run_routing_bench
+    from laya.benchmark import run_routing_bench, run_semantic_routing_bench
 
-    result = run_routing_bench(n_rules=args.rules, cache_entries=args.cache_entries, requests=args.requests)
+    result: Any
+    if args.what == "semantic":
+        from laya.pairbench import run_pair_bench
+
+        result = run_pair_bench(args.pairs, threshold=args.threshold or _settings(args).router.semantic_threshold)
+    elif args.semantic:
+        result = run_semantic_routing_bench(n_rules=args.rules, n_intents=args.rules, requests=args.requests)
+    else:
+        result = run_routing_bench(n_rules=args.rules, cache_entries=args.cache_entries, requests=args.requests)
     print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode() if args.json else result.table())
     return 0
 
@@ -367,8 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="give up after this long without progress (default 600)")
     p.set_defaults(func=cmd_batch)
-    p = sub.add_parser("bench", help="measure the router's decision time on this machine")
-    p.add_argument("what", choices=["routing"], help="what to measure: routing (rules and cache, in memory)")
+    p = sub.add_parser("bench", help="measure the router's decision time, or the semantic cache's verdicts")
+    p.add_argument("what", choices=["routing", "semantic"],
+                   help="routing: rules and cache, in memory; semantic: the semantic cache on labelled pairs")
+    p.add_argument("--semantic", action="store_true",
+                   help="routing: also N intents of 10 examples each, and requests no pattern matches")
+    p.add_argument("--pairs", type=Path, metavar="FILE.jsonl",
+                   help="semantic: labelled pairs, one {\"a\": ..., \"b\": ..., \"same\": true|false} per line")
+    p.add_argument("--threshold", type=float, metavar="SIM",
+                   help="semantic: embedding similarity before the verifier (default: router.semantic_threshold)")
     p.add_argument("--rules", type=int, default=1000, metavar="N",
                    help="synthetic rules, a quarter of each kind (default 1000)")
     p.add_argument("--cache-entries", type=int, default=100_000, metavar="N",

@@ -61,6 +61,8 @@ _FIELD_HINTS = {
                   "or leave it out",
     "response_format": "use {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"schema\": {...}}",
     "stream": "use true or false",
+    "cache": "use true (the exact cache), \"semantic\" (the exact cache, then answers to prompts that mean the same, "
+             "where the model allows it) or false",
 }
 
 

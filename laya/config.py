@@ -89,6 +89,10 @@ class ModelConfig(BaseModel):
         description="llama.cpp's CPU extra buffer types (AMX, repacked weights) for quantised weights on the "
         "CPU. auto: off on CPUs with AMX, whose llama.cpp kernels crash on quantised models; on elsewhere.",
     )
+    semantic_cache: bool = Field(
+        False, description="Let requests with cache = \"semantic\" reuse this model's answers to prompts that "
+        "mean the same (embedding near, and a verifier finds no changed negation, number, entity, ...).",
+    )
 
 
 class RuntimeConfig(BaseModel):
@@ -202,6 +206,26 @@ class RouterConfig(BaseModel):
     result_ttl_s: int = Field(86_400, ge=10, le=31_536_000, description="Lifetime of a result record.")
     max_request_bytes: int = Field(1_000_000, ge=256, le=64_000_000, description="Largest request accepted.")
     max_messages: int = Field(256, ge=1, le=100_000, description="Most chat messages in one request.")
+    semantic: bool = Field(
+        True, description="The semantic stages (rule examples, the semantic cache); off: exact routing only, "
+        "and the embedding model is never loaded.",
+    )
+    intent_threshold: float = Field(
+        0.85, ge=0.5, le=1.0, description="Similarity a request needs to a rule's example to match it, for rules "
+        "that give no threshold of their own.",
+    )
+    semantic_threshold: float = Field(
+        0.8, ge=0.5, le=1.0, description="Similarity a prompt needs to a cached prompt before the verifier "
+        "compares them (the verifier decides; this only bounds the candidates).",
+    )
+    embedder_dir: Path | None = Field(
+        None, description="Folder with WordLlama's weights/ and tokenizers/; unset: the wordllama package's own "
+        "(nothing is ever downloaded).",
+    )
+    semantic_cache_size: int = Field(
+        10_000, ge=0, le=1_000_000, description="Answers the semantic cache keeps (in each router's memory, "
+        "and in its Redis log).",
+    )
 
 
 class Settings(BaseModel):
@@ -217,6 +241,11 @@ class Settings(BaseModel):
     source: str = Field("<defaults>", exclude=True, description="Where this configuration came from.")
     _env: dict[str, str] = PrivateAttr(default_factory=dict)
     """``section.field`` → the environment variable that set it."""
+
+    @property
+    def semantic_models(self) -> frozenset[str]:
+        """Models whose answers the semantic cache may reuse."""
+        return frozenset({self.model.name} if self.model.semantic_cache else ())
 
     @property
     def model_names(self) -> list[str]:
@@ -368,7 +397,7 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, str]
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
-    for section, field in (("model", "path"), ("router", "routes_file")):
+    for section, field in (("model", "path"), ("router", "routes_file"), ("router", "embedder_dir")):
         value = data.get(section, {}).get(field)
         if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
             data[section][field] = str(base / value)

@@ -35,6 +35,7 @@ from laya.codec import encode_result, error_result
 from laya.connection import release_lock
 from laya.errors import Expired, LayaError
 from laya.schema import ErrorInfo, Request, Result, Timings, Usage
+from laya.semcache import record
 from laya.streaming import StreamWriter, add_end
 from laya.structured import parse_answer
 
@@ -71,6 +72,7 @@ class WorkerRuntime:
     lock_ttl_s: int
     stream_flush_ms: float = 20.0
     stream_max_chunks: int = 10_000
+    semantic_log_max: int = 10_000
 
 
 _runtime: WorkerRuntime | None = None
@@ -192,6 +194,10 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
         if result.json_value is not None:
             answer["json"] = result.json_value
         rt.redis.set(rt.keys.cache(cache_key), orjson.dumps(answer), ex=rt.cache_ttl_s)
+        scope = payload.get("semantic_scope")
+        if scope and request.prompt is not None:
+            record(rt.redis, rt.keys, scope=scope, prompt=request.prompt, answer=answer, ttl_s=rt.cache_ttl_s,
+                   max_len=rt.semantic_log_max)
     _finish(rt, request, result, stream)
     return {"route": result.route, "completion_tokens": gen.completion_tokens}
 

@@ -71,3 +71,8 @@ class Keys:
 
     def cache(self, digest: str) -> str:
         return f"{self.prefix}:cache:{digest}"
+
+    @property
+    def semantic_log(self) -> str:
+        """Capped stream of model answers the semantic cache may reuse; every router reads it (:mod:`laya.semcache`)."""
+        return f"{self.prefix}:semcache"

@@ -3,7 +3,11 @@
 Each batch read from the ingress stream goes through an ordered list of
 stages; the first stage that answers a request ends it:
 
-    decode → rules → cache → admission → enqueue
+    decode → rules → intents → cache → semantic cache → admission → enqueue
+
+The intents stage (rules matched by their ``examples``, :mod:`laya.intents`)
+and the semantic cache (:mod:`laya.semcache`) need the embedding model; if it
+is not needed or cannot be loaded they do nothing.
 
 Each model has one RQ queue per priority lane (high, normal, bulk); admission
 bounds each lane on its own, so a flood of bulk work never refuses a high
@@ -47,7 +51,9 @@ from rq import Queue, Retry
 from laya.cache import LocalCache, cache_key
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.config import Settings
+from laya.embedder import semantic_embedder
 from laya.errors import Expired, LayaError, RequestError
+from laya.intents import IntentIndex, IntentStage
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
 from laya.lanes import ring
@@ -55,6 +61,7 @@ from laya.reaper import Reaper
 from laya.results import ResultStore
 from laya.rules import RuleSet, load_rules, why_no_rules
 from laya.schema import LANES, Request
+from laya.semcache import SemanticCache, SemanticCacheStage
 from laya.stats import LatencyWindow
 from laya.streaming import add_end
 from laya.text import normalise
@@ -91,6 +98,10 @@ class Flight:
     """The answer as result-record JSON (the :class:`~laya.schema.Result` schema)."""
     enqueue: bool = False
     route_ns: int = 0
+    rule_matched: bool = False
+    """A rule matched (even one that only chose the model): the intents stage leaves the request alone."""
+    semantic_scope: str | None = None
+    """Set by the semantic cache stage on a miss: the worker records the answer under this scope."""
 
     @property
     def open(self) -> bool:
@@ -218,6 +229,7 @@ class RulesStage:
             match = rules.match(flight.normalised)
             if match is None:
                 continue
+            flight.rule_matched = True
             spec = match.rule.spec
             if spec.model is not None:
                 flight.model = spec.model
@@ -336,12 +348,19 @@ class Router:
         self.rules_stage = RulesStage(rules if rules is not None else
                                       load_rules(cfg.routes_file, models=settings.model_names))
         self.cache_stage = CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys)
+        self.embedder = semantic_embedder(settings, self.rules_stage.rules)
+        self.intent_stage = IntentStage(self._intents(self.rules_stage.rules))
+        self.semantic_stage = SemanticCacheStage(
+            SemanticCache(self.embedder, threshold=cfg.semantic_threshold, capacity=cfg.semantic_cache_size)
+            if self.embedder is not None and settings.semantic_models else None,
+            self.keys, settings.semantic_models)
         self.queues: dict[QueueId, Queue] = {
             (name, lane): Queue(self.keys.queue_name(name, lane), connection=redis, serializer="json")
             for name in settings.model_names for lane in LANES}
         self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s,
                                         {lane: queue.key for lane, queue in self.queues.items()})
-        self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.cache_stage, self.admission]
+        self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.intent_stage, self.cache_stage,
+                                    self.semantic_stage, self.admission]
         self.reaper = Reaper({queue.name: queue for queue in self.queues.values()}, self.results,
                              lock_key=self.keys.reaper_lock, owner=self.consumer,
                              grace_s=settings.runtime.heartbeat_ttl_s)
@@ -379,9 +398,18 @@ class Router:
         except Exception as exc:  # noqa: BLE001 - a bad file must never take the router down
             log.error("rules reload refused, keeping %d old rules: %s", len(self.rules_stage.rules), exc)
             return False
+        if self.embedder is None:
+            self.embedder = semantic_embedder(self.settings, new)
+        self.intent_stage.index = self._intents(new)
         self.rules_stage.rules = new
         log.info("rules reloaded: %d rules from %s", len(new), new.source)
         return True
+
+    def _intents(self, rules: RuleSet) -> IntentIndex | None:
+        """The examples of ``rules``, embedded; ``None`` when none has examples or there is no embedder."""
+        if self.embedder is None or not any(rule.spec.examples for rule in rules.rules):
+            return None
+        return IntentIndex(rules, self.embedder, default_threshold=self.settings.router.intent_threshold)
 
     # -- the loop ------------------------------------------------------------
 
@@ -535,6 +563,7 @@ class Router:
             "expires_at": flight.expires_at,
             "max_tokens": flight.max_tokens,
             "cache_key": flight.cache_key,
+            "semantic_scope": flight.semantic_scope,
             "routed_at": now,
             "route_us": flight.route_ns / 1000,
         }
@@ -571,6 +600,9 @@ class Router:
         self.ensure_group()
         log.info("router %s serving %s (%d rules, models %s)", self.consumer, self.keys.ingress,
                  len(self.rules_stage.rules), ", ".join(self.settings.model_names))
+        if self.embedder is not None:
+            log.info("semantic stages on: %d rule examples; semantic cache for %s",
+                     len(self.intent_stage.index or ()), ", ".join(sorted(self.semantic_stage.models)) or "no model")
         if not self.rules_stage.rules:
             log.warning("%s", why_no_rules(self.settings.router.routes_file, self.settings.source))
         backoff = 0.1

@@ -8,7 +8,10 @@ text one way:
 * ``keyword`` — a phrase occurs as whole words anywhere in the text;
 * ``regex``   — a Python regular expression ``search``es the text.
 
-and either ``reply``\\ s with a template (``$prompt``, ``$match``, ``$id``) or
+A rule may also list ``examples``: sentences of its intent, matched by
+meaning when no pattern of any rule matched (:mod:`laya.intents`).
+
+A rule either ``reply``\\ s with a template (``$prompt``, ``$match``, ``$id``) or
 sends the request to a named ``model``.
 
 **Order.** Rules are ranked by ``priority`` (higher first), then by their place
@@ -32,7 +35,7 @@ import re._parser as sre_parser
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import ahocorasick
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -53,8 +56,15 @@ class RuleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Shown in results as rule:<name>.")
-    match: Literal["exact", "prefix", "keyword", "regex"]
-    patterns: list[str] = Field(min_length=1, description="Phrases (or regexes) this rule matches.")
+    match: Literal["exact", "prefix", "keyword", "regex"] | None = Field(
+        None, description="How patterns match; needed with patterns.")
+    patterns: list[str] = Field(default_factory=list, description="Phrases (or regexes) this rule matches.")
+    examples: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
+        default_factory=list, max_length=1000,
+        description="Sentences of this intent: a request whose embedding is within threshold of one matches "
+        "(only when no pattern of any rule matched).")
+    threshold: float | None = Field(None, ge=0.5, le=1.0, description="Similarity an example needs; "
+                                    "default router.intent_threshold.")
     reply: str | None = Field(None, description="Answer template: $prompt, $match, $id.")
     model: str | None = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Send to this model.")
     priority: int = Field(0, ge=-1_000_000, le=1_000_000, description="Higher is tried first.")
@@ -65,6 +75,12 @@ class RuleSpec(BaseModel):
             raise ValueError("give exactly one of 'reply' (answer now) or 'model' (send to that model)")
         if any(not p.strip() for p in self.patterns):
             raise ValueError("patterns must not be empty")
+        if not self.patterns and not self.examples:
+            raise ValueError("give 'patterns' (with 'match') or 'examples' (sentences of the intent), or both")
+        if bool(self.patterns) != (self.match is not None):
+            raise ValueError("'match' and 'patterns' go together: 'match' says how the patterns match")
+        if any(not e.strip() for e in self.examples):
+            raise ValueError("examples must not be empty")
         return self
 
 

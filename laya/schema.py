@@ -3,7 +3,7 @@
 A request carries a prompt *or* chat messages, generation parameters, an
 optional target model and free-form metadata. Its ``id`` follows it from submit
 to result. Every request ends in exactly one :class:`Result` whose ``route``
-says how it was answered: ``cache``, ``rule:<name>``, ``model:<name>``,
+says how it was answered: ``cache``, ``cache:semantic``, ``rule:<name>``, ``model:<name>``,
 ``error:<code>`` or ``rejected:overloaded``.
 
 Pipelines can ask for more than text: ``response_format`` (JSON that parses,
@@ -17,7 +17,8 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator,
+                      model_validator)
 
 __all__ = ["LANES", "ErrorInfo", "Lane", "Message", "Request", "ResponseFormat", "Result", "Timings", "Usage",
            "new_request_id"]
@@ -80,7 +81,9 @@ class Request(BaseModel):
     repeat_penalty: float = Field(1.0, ge=0.0, le=10.0)
     seed: StrictInt | None = Field(None, ge=0, le=2**32 - 1)
     stop: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(default_factory=list, max_length=16)
-    cache: StrictBool = Field(True, description="Answer from / store into the response cache.")
+    cache: bool | Literal["semantic"] = Field(
+        True, description="true: the exact response cache; \"semantic\": the exact cache, then the semantic cache "
+        "where the model allows it; false: neither.")
     metadata: dict[Annotated[str, Field(max_length=128)], MetaValue] = Field(default_factory=dict, max_length=64)
     reply_to: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")] | None = Field(
         None, description="Shared reply channel of a producer waiting on many requests."
@@ -92,6 +95,13 @@ class Request(BaseModel):
         description="Seconds from submit: not started by then is answered error:expired; still generating is cut.")
     response_format: ResponseFormat | None = Field(None, description="Ask for JSON (any object, or to a schema).")
     stream: StrictBool = Field(False, description="Append text chunks to the request's stream as they come.")
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _cache_mode(cls, value: Any) -> Any:
+        if value is True or value is False or value == "semantic":
+            return value
+        raise ValueError("must be true, false or \"semantic\"")
 
     @model_validator(mode="after")
     def _one_input(self) -> Request:
@@ -148,6 +158,8 @@ class Result(BaseModel):
     finish_reason: str | None = None
     """``stop``, ``length`` (max_tokens), ``context`` (window full), ``deadline`` (``deadline_s`` passed), ``rule``."""
     json_value: Any = Field(None, alias="json", description="The parsed answer of a request with response_format.")
+    similarity: float | None = Field(None, description="cache:semantic and semantic intents: how similar the "
+                                     "prompt was to the stored prompt or the intent's example (cosine, 0-1).")
     error: ErrorInfo | None = None
     retry_after_s: float | None = None
     usage: Usage = Field(default_factory=Usage)

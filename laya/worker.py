@@ -123,6 +123,7 @@ class LayaWorker(SimpleWorker):
             heartbeat=self.beat,
             worker_name=self.name,
             lock_ttl_s=settings.runtime.lock_ttl_s,
+            semantic_log_max=settings.router.semantic_cache_size,
             stream_flush_ms=settings.runtime.stream_flush_ms,
             stream_max_chunks=settings.runtime.stream_max_chunks,
         ))

@@ -1,0 +1,125 @@
+"""The sentence embedder of the semantic stages: WordLlama's static token vectors, loaded offline.
+
+``wordllama`` ships its 256-dimension ``l2_supercat`` weights and its tokenizer
+inside the wheel. Its own ``WordLlama.load()`` looks for the tokenizer under
+``tokenizer/`` while the wheel has it under ``tokenizers/``, and then tries to
+download it; Laya never lets it: it loads with ``cache_dir`` set to the
+package's own folder and ``disable_download=True``.
+
+A sentence's vector is the sum of its tokens' vectors, scaled to unit length
+(what ``WordLlamaInference.embed(norm=True)`` computes, without its padding and
+batching, which cost more than the sum for one sentence). A dot product of two
+vectors is their cosine similarity.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from laya.errors import LayaError
+
+if TYPE_CHECKING:
+    from laya.config import Settings
+    from laya.rules import RuleSet
+
+__all__ = ["EmbedderUnavailable", "Embedder", "TextEmbedder", "Vector", "load_embedder", "semantic_embedder"]
+
+log = logging.getLogger("laya.embedder")
+
+Vector = npt.NDArray[np.float32]
+
+
+class EmbedderUnavailable(LayaError):
+    """The embedding model could not be loaded: the semantic stages are off, exact routing goes on."""
+
+    code = "embedder_unavailable"
+
+
+class TextEmbedder(Protocol):
+    """What the semantic stages need: unit vectors for texts."""
+
+    dim: int
+
+    def embed(self, text: str) -> Vector: ...
+
+    def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]: ...
+
+
+class Embedder:
+    """WordLlama's token table and tokenizer, summed per sentence."""
+
+    def __init__(self, table: npt.NDArray[np.float32], tokenizer: Any) -> None:
+        self.table = np.ascontiguousarray(table, dtype=np.float32)
+        self.dim = int(self.table.shape[1])
+        self._tokenizer = tokenizer
+        self._last = self.table.shape[0] - 1
+
+    def embed(self, text: str) -> Vector:
+        ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+        if not ids:
+            return np.zeros(self.dim, dtype=np.float32)
+        vector: Vector = self.table[np.minimum(ids, self._last)].sum(axis=0)
+        norm = float(np.linalg.norm(vector))
+        return vector / norm if norm > 0 else vector
+
+    def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            out[i] = self.embed(text)
+        return out
+
+
+def load_embedder(package_dir: Path | None = None) -> Embedder:
+    """Load WordLlama from its own package folder, never from the network.
+
+    Raises :class:`EmbedderUnavailable` with the reason (package missing,
+    files missing, a download it would have needed); callers turn the semantic
+    stages off and go on.
+    """
+    started = time.perf_counter()
+    try:
+        import wordllama
+        from tokenizers import Tokenizer
+        from wordllama import WordLlama
+    except ImportError as exc:
+        raise EmbedderUnavailable(f"the wordllama package is not installed ({exc}); "
+                                  "`pip install wordllama` turns the semantic stages on") from None
+    folder = package_dir if package_dir is not None else Path(wordllama.__file__).resolve().parent
+    try:
+        model = WordLlama.load(cache_dir=folder, disable_download=True)
+    except Exception as exc:  # noqa: BLE001 - any failure of a third-party loader only turns the stage off
+        raise EmbedderUnavailable(f"WordLlama could not load from {folder} without a download: "
+                                  f"{type(exc).__name__}: {exc}") from None
+    # A copy without padding: the model's own tokenizer pads every batch to its longest text.
+    tokenizer = Tokenizer.from_str(model.tokenizer.to_str())
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    embedder = Embedder(model.embedding, tokenizer)
+    log.debug("WordLlama loaded from %s in %.2f s (%d dimensions)", folder, time.perf_counter() - started,
+              embedder.dim)
+    return embedder
+
+
+def semantic_embedder(settings: Settings, rules: RuleSet) -> Embedder | None:
+    """The embedder a router's semantic stages need, or ``None`` when they are off.
+
+    Off when ``router.semantic`` is false, when nothing uses it (no rule has
+    examples, no model allows the semantic cache), or when it fails to load:
+    then one line says why, and the router serves exact routing only.
+    """
+    if not settings.router.semantic:
+        return None
+    if not settings.semantic_models and not any(rule.spec.examples for rule in rules.rules):
+        return None
+    try:
+        return load_embedder(settings.router.embedder_dir)
+    except EmbedderUnavailable as exc:
+        log.error("semantic stages off (rule examples and the semantic cache; exact routing goes on): %s",
+                  exc.message)
+        return None

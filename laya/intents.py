@@ -1,0 +1,117 @@
+"""Semantic intents: rules matched by meaning, through the ``examples`` they list.
+
+A rule's ``examples`` are sentences of its intent ("where is my parcel",
+"track my order"). A request matches the rule when its embedding is at least
+the rule's ``threshold`` (else ``router.intent_threshold``) similar to one of
+them. The intents stage runs after the exact, prefix, keyword and regex kinds,
+and only on requests none of them matched.
+
+When several rules match, the one with the highest ``priority`` wins, and
+among equals the one with the nearest example. The answer is the rule's own
+(a reply template, or its model), with ``route: "rule:<name>"`` and the
+``similarity`` in the result.
+
+Every example of every rule is embedded once, when the rules are loaded, into
+one :class:`~laya.vectorindex.VectorIndex`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from laya.embedder import TextEmbedder
+from laya.rules import Rule, RuleSet
+from laya.text import normalise
+from laya.vectorindex import VectorIndex
+
+if TYPE_CHECKING:
+    from redis import Redis
+
+    from laya.router import Flight
+
+__all__ = ["IntentIndex", "IntentMatch", "IntentStage"]
+
+
+@dataclass(frozen=True, slots=True)
+class IntentMatch:
+    rule: Rule
+    example: str
+    similarity: float
+
+
+class IntentIndex:
+    """Every example of a rule set, embedded; immutable (a reload builds a new one)."""
+
+    def __init__(self, rules: RuleSet, embedder: TextEmbedder, *, default_threshold: float) -> None:
+        self.embedder = embedder
+        self._rules: list[Rule] = []
+        self._examples: list[str] = []
+        owners, thresholds = [], []
+        for rule in rules.rules:
+            for example in rule.spec.examples:
+                owners.append(len(self._rules))
+                thresholds.append(rule.spec.threshold or default_threshold)
+                self._examples.append(example)
+            if rule.spec.examples:
+                self._rules.append(rule)
+        self._owner = np.asarray(owners, dtype=np.intp)
+        # Priority first, then the rule's place: lower is better, as in RuleSet.
+        self._rank = np.asarray([rule.rank for rule in self._rules], dtype=np.intp)
+        vectors = embedder.embed_many([normalise(e) for e in self._examples]) if self._examples else np.zeros((0, 0), dtype=np.float32)
+        self.index = VectorIndex(vectors, np.asarray(thresholds, dtype=np.float32))
+
+    def __len__(self) -> int:
+        return len(self._examples)
+
+    @property
+    def rules(self) -> int:
+        return len(self._rules)
+
+    def match(self, text: str) -> IntentMatch | None:
+        """The best-ranked rule with an example near enough to normalised ``text``, and its nearest example."""
+        if not self._examples:
+            return None
+        found, scores = self.index.search(self.embedder.embed(text))
+        if found.size == 0:
+            return None
+        owners = self._owner[found]
+        ranks = self._rank[owners]
+        best = ranks == ranks.min()
+        pick = int(np.argmax(np.where(best, scores, -2.0)))
+        return IntentMatch(self._rules[int(owners[pick])], self._examples[int(found[pick])],
+                           round(float(scores[pick]), 4))
+
+
+class IntentStage:
+    """After the rules stage: match the requests no pattern matched against the rules' examples."""
+
+    name = "intents"
+
+    def __init__(self, index: IntentIndex | None) -> None:
+        self.index = index
+        """``None``: no rule has examples, or the embedder is unavailable; the stage does nothing."""
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        index = self.index  # one reference per batch: a reload swaps it between batches
+        if index is None:
+            return
+        for flight in flights:
+            if not flight.open or flight.request is None or flight.rule_matched:
+                continue
+            match = index.match(flight.normalised)
+            if match is None:
+                continue
+            flight.rule_matched = True
+            spec = match.rule.spec
+            if spec.model is not None:
+                flight.model = spec.model
+                continue
+            if flight.request.response_format is not None:
+                continue  # a reply template is text, not the JSON asked for: the model answers
+            text = match.rule.render(prompt=flight.request.text, matched=match.example, request_id=flight.request_id)
+            flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule",
+                          similarity=match.similarity)

@@ -1,0 +1,292 @@
+"""Does a cached prompt mean what the new prompt means? A check after the embedding says "near".
+
+Sentence embeddings place a sentence and its negation next to each other
+("Please refund my order" / "Please do not refund my order": 0.956), and a
+changed number nearer still ("Convert 5 km to miles" / "... 50 km ...":
+0.997). A threshold cannot tell them apart, so a semantic cache hit needs the
+two prompts to agree, word class by word class, on everything that changes an
+answer:
+
+* **negation** — not / no / never / without / none ... (``don't`` is ``do not``);
+* **numbers** — digits and number words (``5`` and ``five`` agree);
+* **units and currencies** — km, miles, %, $, EUR ...;
+* **dates and times** — months, weekdays, today / tomorrow, years (numbers);
+* **tense** — did / was / will (what happened is not what will happen);
+* **comparatives** — more / less / cheaper / before / after ...;
+* **polarity** — antonyms and negating prefixes (safe / unsafe, legal / illegal);
+* **named entities** — capitalised words and acronyms of the original text;
+* **everything else** — every remaining content word must be on both sides,
+  or have a listed synonym there. Function words, politeness ("please",
+  "can you") and first-person pronouns may differ.
+
+The last rule makes the verifier strict: a paraphrase that swaps content
+words with no listed synonym is not a hit (it is asked of the model, as an
+exact-cache miss would be). ``laya bench semantic`` measures what that costs
+in hits and what it saves in wrong answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+__all__ = ["Verdict", "Words", "analyse", "verify"]
+
+_CONTRACTIONS = [
+    (re.compile(r"\bcan't\b|\bcannot\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"),
+    (re.compile(r"\bshan't\b"), "shall not"), (re.compile(r"n't\b"), " not"), (re.compile(r"'re\b"), " are"),
+    (re.compile(r"'m\b"), " am"), (re.compile(r"'ll\b"), " will"), (re.compile(r"'ve\b"), " have"),
+    (re.compile(r"'d\b"), " would"), (re.compile(r"\b(what|where|who|how|when|that|it|there|here)'s\b"), r"\1 is"),
+    (re.compile(r"'s\b"), ""),
+]
+_TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z]+|[%$€£¥°]")
+_RAW_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d[\w]*")
+
+# Phrases that ask politely or frame a request; removed before comparing.
+_FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
+    (r"\bhow (do|can|should|would) (i|we|one)\b", "how to"), (r"\bwhat is the (best )?way to\b", "how to"),
+    (r"\bis there a way to\b", "how to"), (r"\b(can|could|would|will) you( please)?\b", ""),
+    (r"\b(i would|i) like to\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
+    (r"\bhelp me( to)?\b", ""), (r"\btell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
+    (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""))]
+
+NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
+                       "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
+                      "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
+                      "billion": "1000000000", "dozen": "12", "half": "0.5", "quarter": "0.25", "double": "x2",
+                      "twice": "x2", "once": "x1", "triple": "x3", "first": "#1", "second": "#2", "third": "#3",
+                      "fourth": "#4", "fifth": "#5", "last": "#-1"})
+_UNITS = {
+    "km": "km", "kilometer": "km", "kilometre": "km", "mile": "mile", "mi": "mile", "m": "m", "meter": "m",
+    "metre": "m", "cm": "cm", "centimeter": "cm", "mm": "mm", "millimeter": "mm", "inch": "inch",
+    "foot": "foot", "feet": "foot", "ft": "foot", "yard": "yard", "kg": "kg", "kilogram": "kg", "kilo": "kg",
+    "g": "g", "gram": "g", "mg": "mg", "lb": "lb", "lbs": "lb", "pound": "lb", "ounce": "oz", "oz": "oz",
+    "ton": "ton", "tonne": "ton", "celsius": "celsius", "c": "celsius", "fahrenheit": "fahrenheit",
+    "f": "fahrenheit", "kelvin": "kelvin", "degree": "degree", "°": "degree", "liter": "l", "litre": "l", "l": "l",
+    "ml": "ml", "milliliter": "ml", "gallon": "gallon", "cup": "cup", "%": "percent", "percent": "percent",
+    "percentage": "percent", "$": "usd", "dollar": "usd", "usd": "usd", "buck": "usd", "€": "eur", "euro": "eur",
+    "eur": "eur", "£": "gbp", "gbp": "gbp", "sterling": "gbp", "¥": "jpy", "yen": "jpy", "jpy": "jpy",
+    "yuan": "cny", "rmb": "cny", "rupee": "inr", "franc": "chf", "cent": "cent", "penny": "cent", "bitcoin": "btc",
+    "btc": "btc", "second": "s", "sec": "s", "s": "s", "minute": "min", "min": "min", "hour": "h", "hr": "h",
+    "h": "h", "day": "day", "week": "week", "fortnight": "fortnight", "month": "month", "year": "year",
+    "decade": "decade", "century": "century", "ms": "ms", "millisecond": "ms", "kb": "kb", "mb": "mb",
+    "gb": "gb", "tb": "tb", "byte": "byte", "bit": "bit", "mph": "mph", "kmh": "kmh", "kph": "kmh", "hz": "hz",
+    "ghz": "ghz", "mhz": "mhz", "watt": "w", "w": "w", "kw": "kw", "kwh": "kwh", "volt": "v", "v": "v",
+    "amp": "a", "calorie": "kcal", "kcal": "kcal", "acre": "acre", "hectare": "ha", "pixel": "px", "px": "px",
+    "dpi": "dpi",
+}
+_DATES = frozenset(
+    "january february march april may june july august september october november december jan feb mar apr jun "
+    "jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu "
+    "thur thurs fri sat sun today tomorrow yesterday tonight morning afternoon evening night noon midnight "
+    "weekend weekday spring summer autumn fall winter now later soon recently currently ago next previous "
+    "daily weekly monthly yearly annual annually hourly am pm christmas easter".split())
+_PAST = frozenset({"did", "was", "were", "had", "ago", "yesterday", "last", "previous", "happened", "used"})
+_FUTURE = frozenset({"will", "shall", "gonna", "tomorrow", "next", "upcoming"})
+_COMPARATIVES = frozenset(
+    "more less fewer most least better best worse worst higher highest lower lowest larger largest smaller "
+    "smallest bigger biggest cheaper cheapest faster fastest slower slowest greater greatest older oldest newer "
+    "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
+    "below over under than max maximum min minimum increase decrease exceed exceeds within beyond up down "
+    "only all every each some many much few several enough too very".split())
+_ANTONYMS = [frozenset(pair.split("/")) for pair in (
+    "good/bad", "true/false", "right/wrong", "yes/no", "open/close", "open/closed", "start/stop", "begin/end",
+    "buy/sell", "hot/cold", "warm/cool", "high/low", "big/small", "large/small", "long/short", "fast/slow",
+    "early/late", "old/new", "old/young", "add/remove", "add/delete", "enable/disable", "allow/deny",
+    "allow/block", "accept/reject", "include/exclude", "win/lose", "pass/fail", "win/loss", "on/off", "in/out",
+    "up/down", "left/right", "north/south", "east/west", "safe/dangerous", "healthy/unhealthy", "rich/poor",
+    "love/hate", "like/dislike", "positive/negative", "increase/decrease", "raise/lower", "import/export",
+    "upload/download", "encrypt/decrypt", "lock/unlock", "connect/disconnect", "push/pull", "send/receive",
+    "borrow/lend", "arrive/depart", "arrival/departure", "cheap/expensive", "easy/hard", "easy/difficult",
+    "legal/illegal", "possible/impossible", "light/dark", "light/heavy", "wet/dry", "full/empty", "same/different",
+    "before/after", "above/below", "inside/outside", "first/last", "min/max", "minimum/maximum", "with/without",
+    "always/never", "everyone/nobody", "all/none", "more/less", "most/least", "husband/wife", "male/female",
+    "men/women", "man/woman", "boy/girl", "input/output", "sunrise/sunset", "income/expense", "profit/loss",
+    "debit/credit", "asleep/awake", "alive/dead", "present/absent", "agree/disagree", "visible/hidden",
+    "public/private", "internal/external", "upper/lower", "maximum/minimum", "plus/minus", "sum/difference",
+)]
+_NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "anti", "a", "de", "mis")
+_SYNONYMS = [frozenset(group.split("/")) for group in (
+    "buy/purchase", "fix/repair", "start/begin", "show/display/list", "big/large", "small/little/tiny",
+    "quick/fast/rapid", "car/automobile", "movie/film", "cost/price", "photo/picture/image/pic",
+    "delete/remove/erase", "create/make", "help/assist", "choose/select/pick", "talk/speak", "use/utilize/utilise",
+    "need/require", "explain/describe", "find/locate", "answer/reply/respond", "shut/close", "correct/accurate",
+    "summarize/summarise/summary", "recap/summary", "sofa/couch", "phone/telephone/cellphone/mobile",
+    "email/mail/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
+    "mistake/error", "ill/sick", "hi/hello/hey", "thank/thanks", "ok/okay", "maybe/perhaps", "also/too",
+    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit", "cancel/revoke",
+    "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
+    "convert/conversion/converted", "calculate/compute/work out", "check/verify", "way/method", "fast/quickly",
+    "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
+    "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
+)]
+_STOP = frozenset(
+    "a an the of to in on at for with by from as into onto about is are be been being am do does this that these "
+    "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
+    "what which who whom whose how to please can could would may might should must shall will "
+    "get got have has having let any some just really actually also very much thing things stuff "
+    "kind sort type bit lot lots way".split()) - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might",
+                                                                               "could", "would", "can"}
+# Question words that ask different things: "where is" is not "when is".
+_QUESTION_WORDS = frozenset({"what", "which", "who", "whom", "whose", "where", "when", "why", "how"})
+_MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """The parts of one prompt the verifier compares; computed once per prompt (stored with a cache entry)."""
+
+    negations: tuple[str, ...]
+    numbers: tuple[str, ...]
+    units: frozenset[str]
+    dates: frozenset[str]
+    tense: frozenset[str]
+    comparatives: frozenset[str]
+    entities: frozenset[str]
+    questions: frozenset[str]
+    modals: frozenset[str]
+    content: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    same: bool
+    reason: str
+    """Empty when ``same``; else the first difference found, e.g. ``negation: 0 vs 1``."""
+
+
+def _stem(word: str) -> str:
+    if len(word) <= 3:
+        return word
+    for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
+        if word.endswith(suffix):
+            return word[: -len(suffix)] + repl
+    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    if word.endswith("ing") and len(word) > 5:
+        word = word[:-3]
+    elif word.endswith("ed") and len(word) > 4:
+        word = word[:-2]
+    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+        word = word[:-1]
+    return word.rstrip("e") if len(word) > 3 else word
+
+
+def _number(token: str) -> str:
+    value = token.replace(",", "")
+    if "." in value:
+        value = value.rstrip("0").rstrip(".") or "0"
+    return value.lstrip("0") or "0"
+
+
+def analyse(text: str) -> Words:
+    """Split ``text`` into the word classes the verifier compares."""
+    entities = frozenset(_entities(text))
+    lowered = text.lower().replace("’", "'")
+    for pattern, repl in _CONTRACTIONS:
+        lowered = pattern.sub(repl, lowered)
+    for frame, replacement in _FRAMES:
+        lowered = frame.sub(f" {replacement} ", lowered)
+    tokens = _TOKEN.findall(lowered)
+    negations, numbers = [], []
+    units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
+    for i, token in enumerate(tokens):
+        if token in NEGATIONS:
+            negations.append("not")
+            continue
+        if token[0].isdigit():
+            numbers.append(_number(token))
+            continue
+        after_number = i > 0 and tokens[i - 1][0].isdigit()
+        if token in _NUMBER_WORDS and not (token == "second" and after_number):
+            numbers.append(_NUMBER_WORDS[token])
+            continue
+        stem = _stem(token)
+        unit = _UNITS.get(token, _UNITS.get(stem))
+        if unit is not None and (len(token) > 1 or after_number):
+            units.add(unit)
+            continue
+        if token in _DATES:
+            dates.add(token[:3])
+        if token in _PAST:
+            tense.add("past")
+        if token in _FUTURE:
+            tense.add("future")
+        if token in _COMPARATIVES:
+            comparatives.add(token)
+            continue
+        if token in _QUESTION_WORDS:
+            questions.add(token)
+            continue
+        if token in _MODALS:
+            modals.add(token)
+            continue
+        if token in _STOP or token in _PAST or token in _FUTURE or token in _DATES:
+            continue
+        content.add(stem)
+    return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
+                 frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
+                 frozenset(content))
+
+
+def _entities(text: str) -> list[str]:
+    """Capitalised words not opening a sentence, acronyms, and words mixing letters and digits."""
+    found = []
+    start = True
+    for match in _RAW_TOKEN.finditer(text):
+        word = match.group(0)
+        before = text[:match.start()].rstrip()
+        start = not before or before[-1] in ".!?:;\"'(\n"
+        if word.isupper() and len(word) > 1 and word.isalpha():
+            found.append(word.lower())
+        elif any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
+            found.append(word.lower())
+        elif word[0].isupper() and not start and word.lower() not in _STOP and word != "I":
+            found.append(word.lower())
+    return found
+
+
+_SYNONYM_STEMS = [frozenset(_stem(word) for word in group) for group in _SYNONYMS]
+_ANTONYM_STEMS = frozenset(frozenset(_stem(word) for word in pair) for pair in _ANTONYMS)
+
+
+def _synonyms(a: str, b: str) -> bool:
+    return any(a in group and b in group for group in _SYNONYM_STEMS)
+
+
+def _opposed(a: str, b: str) -> bool:
+    """``a`` and ``b`` are antonyms, or one is the other with a negating prefix (safe / unsafe)."""
+    if frozenset((a, b)) in _ANTONYM_STEMS:
+        return True
+    for one, other in ((a, b), (b, a)):
+        for prefix in _NEGATING_PREFIXES:
+            if one.startswith(prefix) and one[len(prefix):].lstrip("-") == other and len(other) > 2:
+                return True
+    return False
+
+
+def verify(a: Words, b: Words) -> Verdict:
+    """Whether prompts ``a`` and ``b`` (as :func:`analyse` split them) may share an answer."""
+    if Counter(a.negations) != Counter(b.negations):
+        return Verdict(False, f"negation: {len(a.negations)} vs {len(b.negations)}")
+    if Counter(a.numbers) != Counter(b.numbers):
+        return Verdict(False, f"numbers: {list(a.numbers)} vs {list(b.numbers)}")
+    for name in ("units", "dates", "tense", "comparatives", "entities", "questions", "modals"):
+        left, right = getattr(a, name), getattr(b, name)
+        if left != right:
+            return Verdict(False, f"{name}: {sorted(left - right)} vs {sorted(right - left)}")
+    only_a, only_b = a.content - b.content, b.content - a.content
+    for word in only_a:
+        for other in only_b:
+            if _opposed(word, other):
+                return Verdict(False, f"polarity: {word!r} vs {other!r}")
+    unmatched_a = {w for w in only_a if not any(_synonyms(w, o) for o in only_b)}
+    unmatched_b = {w for w in only_b if not any(_synonyms(w, o) for o in only_a)}
+    if unmatched_a or unmatched_b:
+        return Verdict(False, f"content: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
+    return Verdict(True, "")
