@@ -215,7 +215,7 @@ class RouterConfig(BaseModel):
         "that give no threshold of their own.",
     )
     semantic_threshold: float = Field(
-        0.8, ge=0.5, le=1.0, description="Similarity a prompt needs to a cached prompt before the verifier "
+        0.7, ge=0.5, le=1.0, description="Similarity a prompt needs to a cached prompt before the verifier "
         "compares them (the verifier decides; this only bounds the candidates).",
     )
     embedder_dir: Path | None = Field(

@@ -120,7 +120,7 @@ class PairBench:
         return "\n".join(rows)
 
 
-def run_pair_bench(path: Path | None, *, threshold: float = 0.8) -> PairBench:
+def run_pair_bench(path: Path | None, *, threshold: float = 0.7) -> PairBench:
     from laya.embedder import load_embedder
     from laya.semcache import SemanticCache
     from laya.verifier import analyse, verify

@@ -47,10 +47,16 @@ _RAW_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d[\w]*")
 _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bhow (do|can|should|would) (i|we|one)\b", "how to"), (r"\bwhat is the (best )?way to\b", "how to"),
     (r"\bis there a way to\b", "how to"), (r"\b(can|could|would|will) you( please)?\b", ""),
-    (r"\b(i would|i) like to\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
+    (r"\bis it possible to\b", "can i"), (r"\bunable to\b", "can not"), (r"\bgoing to\b", "will"),
+    (r"\bwhat time\b", "when"), (r"\bhow (many|much)\b", "how_many"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
     (r"\bhelp me( to)?\b", ""), (r"\btell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
     (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""))]
 
+FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "need",
+                           "want", "convert", "calculate", "compute"})
+"""Verbs that only ask for the answer ("Show flights to Rome", "I need a flight to Rome", "Convert 5 km to
+miles" / "What is 5 km in miles?"): they frame a request, like "please". A verb that acts (book, delete, send)
+is content."""
 NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
                        "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
 _NUMBER_WORDS = {w: str(i) for i, w in enumerate(
@@ -92,7 +98,8 @@ _COMPARATIVES = frozenset(
     "more less fewer most least better best worse worst higher highest lower lowest larger largest smaller "
     "smallest bigger biggest cheaper cheapest faster fastest slower slowest greater greatest older oldest newer "
     "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
-    "below over under than max maximum min minimum increase decrease exceed exceeds within beyond up down "
+    "closer closest nearer nearest farther farthest further furthest quicker quickest "
+    "below over under than max maximum min minimum increase decrease exceed exceeds within beyond "
     "only all every each some many much few several enough too very".split())
 _ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "good/bad", "true/false", "right/wrong", "yes/no", "open/close", "open/closed", "start/stop", "begin/end",
@@ -123,6 +130,7 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
     "convert/conversion/converted", "calculate/compute/work out", "check/verify", "way/method", "fast/quickly",
     "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
+    "find/search", "write/compose", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
     "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
 )]
 _STOP = frozenset(
@@ -130,10 +138,28 @@ _STOP = frozenset(
     "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
     "what which who whom whose how to please can could would may might should must shall will "
     "get got have has having let any some just really actually also very much thing things stuff "
-    "kind sort type bit lot lots way".split()) - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might",
+    "kind sort type bit lot lots way per yet".split()) | FRAMING_VERBS - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might",
                                                                                "could", "would", "can"}
 # Question words that ask different things: "where is" is not "when is".
-_QUESTION_WORDS = frozenset({"what", "which", "who", "whom", "whose", "where", "when", "why", "how"})
+_QUESTION_WORDS = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose",
+                   "where": "where", "when": "when", "why": "why", "how": "how", "how_many": "how_many"}
+_OPTIONAL_QUESTIONS = frozenset({"what"})
+"""A question word a request may drop: "What is 15% of 200?" asks what "Calculate 15% of 200" does."""
+_IRREGULAR = {
+    "taken": "take", "took": "take", "wrote": "write", "written": "write", "made": "make", "gave": "give",
+    "given": "give", "went": "go", "gone": "go", "ran": "run", "saw": "see", "seen": "see", "bought": "buy",
+    "sold": "sell", "sent": "send", "spent": "spend", "built": "build", "brought": "bring", "thought": "think",
+    "found": "find", "told": "tell", "said": "say", "paid": "pay", "left": "leave", "kept": "keep", "felt": "feel",
+    "held": "hold", "met": "meet", "won": "win", "lost": "lose", "began": "begin", "begun": "begin",
+    "chose": "choose", "chosen": "choose", "drove": "drive", "driven": "drive", "ate": "eat", "eaten": "eat",
+    "flew": "fly", "flown": "fly", "knew": "know", "known": "know", "grew": "grow", "grown": "grow",
+    "children": "child", "people": "person", "men": "man", "women": "woman", "mice": "mouse", "feet": "foot",
+    "teeth": "tooth", "tyre": "tire", "centre": "center", "theatre": "theater", "grey": "gray",
+}
+_DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
+"""Words whose object must be the same on both sides: "from Berlin to Rome" is not "from Rome to Berlin"."""
+_COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
+                         "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
 
 
@@ -151,6 +177,9 @@ class Words:
     questions: frozenset[str]
     modals: frozenset[str]
     content: frozenset[str]
+    words: frozenset[str]
+    """Every token (lower case): an entity of one prompt must be a word of the other, whatever its case."""
+    directions: frozenset[tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +189,19 @@ class Verdict:
     """Empty when ``same``; else the first difference found, e.g. ``negation: 0 vs 1``."""
 
 
+def _spelling(word: str) -> str:
+    """One spelling for British and American forms (colour / color, summarise / summarize)."""
+    word = _IRREGULAR.get(word, word)
+    if len(word) > 4 and word.endswith("our"):
+        return word[:-3] + "or"
+    for british, american in (("isation", "ization"), ("ising", "izing"), ("ised", "ized"), ("ise", "ize")):
+        if word.endswith(british) and len(word) > len(british) + 2:
+            return word[: -len(british)] + american
+    return word
+
+
 def _stem(word: str) -> str:
+    word = _spelling(word)
     if len(word) <= 3:
         return word
     for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
@@ -192,7 +233,8 @@ def analyse(text: str) -> Words:
         lowered = pattern.sub(repl, lowered)
     for frame, replacement in _FRAMES:
         lowered = frame.sub(f" {replacement} ", lowered)
-    tokens = _TOKEN.findall(lowered)
+    tokens = [token if token in _QUESTION_WORDS else token.replace("_", " ") for token in
+              re.findall(r"how_many|" + _TOKEN.pattern, lowered)]
     negations, numbers = [], []
     units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
     for i, token in enumerate(tokens):
@@ -211,17 +253,17 @@ def analyse(text: str) -> Words:
         if unit is not None and (len(token) > 1 or after_number):
             units.add(unit)
             continue
-        if token in _DATES:
+        if token in _DATES and (token not in ("am", "pm") or after_number):
             dates.add(token[:3])
         if token in _PAST:
             tense.add("past")
         if token in _FUTURE:
             tense.add("future")
         if token in _COMPARATIVES:
-            comparatives.add(token)
+            comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
             continue
         if token in _QUESTION_WORDS:
-            questions.add(token)
+            questions.add(_QUESTION_WORDS[token])
             continue
         if token in _MODALS:
             modals.add(token)
@@ -231,7 +273,18 @@ def analyse(text: str) -> Words:
         content.add(stem)
     return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
                  frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
-                 frozenset(content))
+                 frozenset(content), frozenset(tokens), frozenset(_directions(tokens)))
+
+
+def _directions(tokens: list[str]) -> list[tuple[str, str]]:
+    """(direction word, the first word after it that is not a function word), e.g. ("to", "rome")."""
+    found = []
+    for i, token in enumerate(tokens):
+        if token in _DIRECTIONS:
+            following = next((t for t in tokens[i + 1:] if t not in _STOP or t in _DIRECTIONS), None)
+            if following is not None and following not in _DIRECTIONS:
+                found.append((token, _UNITS.get(following) or _NUMBER_WORDS.get(following) or _stem(following)))
+    return found
 
 
 def _entities(text: str) -> list[str]:
@@ -255,6 +308,11 @@ _SYNONYM_STEMS = [frozenset(_stem(word) for word in group) for group in _SYNONYM
 _ANTONYM_STEMS = frozenset(frozenset(_stem(word) for word in pair) for pair in _ANTONYMS)
 
 
+def _present(entity: str, words: frozenset[str]) -> bool:
+    """Whether every letter run and digit run of ``entity`` ("7pm": "7", "pm") is a word of the other prompt."""
+    return all(piece in words for piece in re.findall(r"[a-z]+|\d+", entity))
+
+
 def _synonyms(a: str, b: str) -> bool:
     return any(a in group and b in group for group in _SYNONYM_STEMS)
 
@@ -276,10 +334,24 @@ def verify(a: Words, b: Words) -> Verdict:
         return Verdict(False, f"negation: {len(a.negations)} vs {len(b.negations)}")
     if Counter(a.numbers) != Counter(b.numbers):
         return Verdict(False, f"numbers: {list(a.numbers)} vs {list(b.numbers)}")
-    for name in ("units", "dates", "tense", "comparatives", "entities", "questions", "modals"):
+    for name in ("units", "dates", "tense", "comparatives", "modals"):
         left, right = getattr(a, name), getattr(b, name)
         if left != right:
             return Verdict(False, f"{name}: {sorted(left - right)} vs {sorted(right - left)}")
+    questions_a, questions_b = a.questions, b.questions
+    if not questions_a or not questions_b:  # an imperative may drop an optional question word
+        questions_a, questions_b = questions_a - _OPTIONAL_QUESTIONS, questions_b - _OPTIONAL_QUESTIONS
+    if questions_a != questions_b:
+        return Verdict(False, f"questions: {sorted(questions_a - questions_b)} vs {sorted(questions_b - questions_a)}")
+    missing = sorted({e for e in a.entities if not _present(e, b.words)} | {e for e in b.entities
+                                                                          if not _present(e, a.words)})
+    if missing:
+        return Verdict(False, f"entities: {missing} on one side only")
+    for direction in {d for d, _ in a.directions} & {d for d, _ in b.directions}:
+        left = {o for d, o in a.directions if d == direction}
+        right = {o for d, o in b.directions if d == direction}
+        if left != right:
+            return Verdict(False, f"direction: {direction} {sorted(left)} vs {sorted(right)}")
     only_a, only_b = a.content - b.content, b.content - a.content
     for word in only_a:
         for other in only_b:
