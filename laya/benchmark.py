@@ -174,7 +174,7 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     # A router that never connects: its stages are built as `laya router` builds them.
     router = Router(settings, Redis(), consumer="bench", rules=rules)
     order = [stage.name for stage in router.stages]
-    assert order == ["decode", "rules", "intents", "cache", "semantic_cache", "admission"], order
+    assert order == ["decode", "rules", "cache", "intents", "semantic_cache", "admission"], order
     decide_stages = router.stages[1:-1]
     cache = router.cache_stage.local
     prompts = list(_cached_prompts(cache_entries, rng))
@@ -262,9 +262,9 @@ class SemanticRoutingBench:
     examples: int
     requests: int
     exact_baseline: dict[str, float]
-    """The exact-kind mix on a router without semantic rules (as ``laya bench routing``)."""
+    """Requests a pattern or the exact cache answers, on a router without intents."""
     exact_with_semantic: dict[str, float]
-    """The same requests on the router that also holds the semantic rules."""
+    """The same requests on the router that also holds the intents."""
     semantic: dict[str, float]
     """Requests no pattern matches: normalise, rules, intents (embed + search), cache."""
     brute_force_search: dict[str, float]
@@ -286,8 +286,8 @@ class SemanticRoutingBench:
                 f"{self.requests:,} requests per row; embedder loaded in {self.load_s:.2f} s", "",
                 f"{'what':<58}{'p50 µs':>9}{'p99 µs':>9}{'mean µs':>9}"]
         for name, figures in (
-                ("exact mix, router without intents (baseline)", self.exact_baseline),
-                ("exact mix, router with the intents", self.exact_with_semantic),
+                ("exact path (patterns, exact cache), without intents", self.exact_baseline),
+                ("exact path, router with the intents", self.exact_with_semantic),
                 ("no pattern matches: rules + intents + cache", self.semantic),
                 ("  of which the example search (index)", self.index_search),
                 ("  the same search as one matrix product", self.brute_force_search)):
@@ -317,25 +317,30 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     if router.intent_stage.index is None:
         raise RuntimeError("the router built no intent index: is the embedder (wordllama) installed?")
     index: IntentIndex = router.intent_stage.index
-    exact_texts = synthetic_texts(n_rules, ["not cached"], requests, rng)
+    prompts = list(_cached_prompts(10_000, rng))
+    for r in (exact_router, router):
+        for prompt in prompts:
+            r.cache_stage.local.put(cache_key(Request(prompt=prompt), "default", 256), {"text": "cached"})
     semantic_texts = synthetic_intent_texts(requests, rng)
     no_redis: Any = _NoRedis()
     clock = time.perf_counter_ns
 
-    def decider(r: Router) -> Callable[[Request], object]:
+    def decider(r: Router) -> Callable[[Request], Any]:
         stages, accept = r.stages[1:-1], r.decode_stage.accept
 
-        def decide(request: Request) -> object:
+        def decide(request: Request) -> Any:
             flight = Flight("0-0", {}, clock())
             accept(flight, request)
             for stage in stages:
                 stage.run([flight], no_redis)
-            return flight.route or flight.model
+            return flight
         return decide
 
-    exact_in = [Request(prompt=t) for t in exact_texts]
-    semantic_in = [Request(prompt=t) for t in semantic_texts]
     exact_decide, decide = decider(exact_router), decider(router)
+    # The exact path: requests a pattern or the exact cache answers (or a pattern sends to its model).
+    mix = [Request(prompt=t) for t in synthetic_texts(n_rules, prompts, requests * 2, rng)]
+    exact_in = [r for r in mix if (lambda f: f.route is not None or f.rule_matched)(exact_decide(r))][:requests]
+    semantic_in = [Request(prompt=t) for t in semantic_texts]
     _timed(exact_in[:1000], exact_decide)
     _timed(semantic_in[:1000], decide)
     # Interleaved halves, so a change in the machine's load falls on both sides alike.

@@ -41,7 +41,14 @@ def _print_result(result: Any, as_json: bool) -> int:
     return 0 if result.ok else 1
 
 
+def _one_blas_thread() -> None:
+    """The semantic stages' matrix products are small: OpenBLAS's threads cost more to wake than they save,
+    and on a loaded machine one late thread holds a decision for milliseconds. Set before numpy loads."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def cmd_router(args: argparse.Namespace) -> int:
+    _one_blas_thread()
     from laya.connection import connect
     from laya.router import run_router
 
@@ -269,6 +276,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    _one_blas_thread()
     from laya.benchmark import run_routing_bench, run_semantic_routing_bench
 
     result: Any

@@ -3,8 +3,9 @@
 A rule's ``examples`` are sentences of its intent ("where is my parcel",
 "track my order"). A request matches the rule when its embedding is at least
 the rule's ``threshold`` (else ``router.intent_threshold``) similar to one of
-them. The intents stage runs after the exact, prefix, keyword and regex kinds,
-and only on requests none of them matched.
+them. The intents stage runs after the exact, prefix, keyword and regex kinds
+and after the exact cache, and only on requests none of them answered or
+matched.
 
 When several rules match, the one with the highest ``priority`` wins, and
 among equals the one with the nearest example. The answer is the rule's own
@@ -17,7 +18,7 @@ one :class:`~laya.vectorindex.VectorIndex`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -87,18 +88,26 @@ class IntentIndex:
 
 
 class IntentStage:
-    """After the rules stage: match the requests no pattern matched against the rules' examples."""
+    """After the exact cache: match the requests no pattern matched and no cached answer answered.
+
+    Running after the exact cache keeps a cached answer from paying for an
+    embedding. An intent that sends a request to another model changes its
+    exact cache key: those requests go through the exact cache stage again
+    (``recheck``), under their new model.
+    """
 
     name = "intents"
 
-    def __init__(self, index: IntentIndex | None) -> None:
+    def __init__(self, index: IntentIndex | None, recheck: Callable[[Sequence[Flight], Redis], None]) -> None:
         self.index = index
         """``None``: no rule has examples, or the embedder is unavailable; the stage does nothing."""
+        self.recheck = recheck
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
         index = self.index  # one reference per batch: a reload swaps it between batches
         if index is None:
             return
+        moved = []
         for flight in flights:
             if not flight.open or flight.request is None or flight.rule_matched:
                 continue
@@ -108,10 +117,15 @@ class IntentStage:
             flight.rule_matched = True
             spec = match.rule.spec
             if spec.model is not None:
-                flight.model = spec.model
+                if spec.model != flight.model:
+                    flight.model = spec.model
+                    flight.cache_key = None
+                    moved.append(flight)
                 continue
             if flight.request.response_format is not None:
                 continue  # a reply template is text, not the JSON asked for: the model answers
             text = match.rule.render(prompt=flight.request.text, matched=match.example, request_id=flight.request_id)
             flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule",
                           similarity=match.similarity)
+        if moved:
+            self.recheck(moved, redis)

@@ -3,7 +3,7 @@
 Each batch read from the ingress stream goes through an ordered list of
 stages; the first stage that answers a request ends it:
 
-    decode → rules → intents → cache → semantic cache → admission → enqueue
+    decode → rules → cache → intents → semantic cache → admission → enqueue
 
 The intents stage (rules matched by their ``examples``, :mod:`laya.intents`)
 and the semantic cache (:mod:`laya.semcache`) need the embedding model; if it
@@ -349,7 +349,7 @@ class Router:
                                       load_rules(cfg.routes_file, models=settings.model_names))
         self.cache_stage = CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys)
         self.embedder = semantic_embedder(settings, self.rules_stage.rules)
-        self.intent_stage = IntentStage(self._intents(self.rules_stage.rules))
+        self.intent_stage = IntentStage(self._intents(self.rules_stage.rules), self.cache_stage.run)
         self.semantic_stage = SemanticCacheStage(
             SemanticCache(self.embedder, threshold=cfg.semantic_threshold, capacity=cfg.semantic_cache_size)
             if self.embedder is not None and settings.semantic_models else None,
@@ -359,7 +359,7 @@ class Router:
             for name in settings.model_names for lane in LANES}
         self.admission = AdmissionStage(cfg.max_queue_depth, cfg.retry_after_s,
                                         {lane: queue.key for lane, queue in self.queues.items()})
-        self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.intent_stage, self.cache_stage,
+        self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.cache_stage, self.intent_stage,
                                     self.semantic_stage, self.admission]
         self.reaper = Reaper({queue.name: queue for queue in self.queues.values()}, self.results,
                              lock_key=self.keys.reaper_lock, owner=self.consumer,

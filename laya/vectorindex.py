@@ -30,7 +30,7 @@ Floats = npt.NDArray[np.float32]
 class VectorIndex:
     """Immutable: built from ``vectors`` (rows of unit length) and one threshold per row."""
 
-    def __init__(self, vectors: Floats, thresholds: Floats, *, head: int = 48) -> None:
+    def __init__(self, vectors: Floats, thresholds: Floats, *, head: int = 32) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self.size, self.dim = vectors.shape if vectors.ndim == 2 else (0, 0)
         self.thresholds = np.ascontiguousarray(thresholds, dtype=np.float32)
@@ -48,7 +48,8 @@ class VectorIndex:
         self._rotation = np.ascontiguousarray(rotation, dtype=np.float32)
         rotated = vectors @ self._rotation
         self._rotated = np.ascontiguousarray(rotated, dtype=np.float32)
-        self._head = np.ascontiguousarray(rotated[:, :self.head], dtype=np.float32)
+        # Stored transposed: a vector-matrix product over it reads memory in order.
+        self._head = np.ascontiguousarray(rotated[:, :self.head].T, dtype=np.float32)
         # Rounding slack so that float32 error never turns the bound into an under-estimate.
         self._tail = (np.linalg.norm(rotated[:, self.head:], axis=1) + 1e-5).astype(np.float32)
 
@@ -62,7 +63,7 @@ class VectorIndex:
         rotated = query @ self._rotation
         head = self.head
         rest = float(np.dot(rotated[head:], rotated[head:])) ** 0.5
-        bound = self._head @ rotated[:head]
+        bound = rotated[:head] @ self._head
         bound += rest * self._tail
         candidates = np.flatnonzero(bound >= self.thresholds)
         if candidates.size == 0:

@@ -1,0 +1,39 @@
+"""Semantic intents: 1,000 rules of 10 examples each beside 1,000 pattern rules, decision time per request.
+
+    python bench/semantic_routing.py          # writes bench/results/semantic_routing.md
+    laya bench routing --semantic --json      # the same measurement
+
+In the same run: the exact path (requests a pattern or the exact cache answers)
+on a router without the intents, as the baseline, and on the router with them;
+and the example search as one full matrix product beside the index that
+replaces it. Target: p50 ≤ 50 µs for requests no pattern matches; the exact
+path's p50 within 10 % of its baseline.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `laya router` runs (laya/cli.py says why)
+
+from common import write_results  # noqa: E402
+
+
+def main() -> None:
+    from laya.benchmark import run_semantic_routing_bench
+
+    result = run_semantic_routing_bench(n_rules=1000, n_intents=1000, requests=20_000)
+    semantic, base, exact = result.semantic, result.exact_baseline, result.exact_with_semantic
+    ok = semantic["p50"] <= 50 and exact["p50"] <= base["p50"] * 1.1
+    verdict = "met" if ok else "NOT met"
+    write_results("semantic_routing.md", [
+        "# Semantic intents: routing decision in process", "", "```", result.table(), "```", "",
+        f"Target: p50 ≤ 50 µs with intents, exact path p50 within 10 % of its baseline: {verdict}."],
+        run=(f"intents p50 {semantic['p50']:.2f} µs, p99 {semantic['p99']:.2f} µs; exact path p50 "
+             f"{exact['p50']:.2f} µs (baseline {base['p50']:.2f} µs); index search p50 "
+             f"{result.index_search['p50']:.2f} µs vs matrix product {result.brute_force_search['p50']:.2f} µs; "
+             f"target {verdict}"))
+
+
+if __name__ == "__main__":
+    main()
