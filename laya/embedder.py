@@ -58,14 +58,16 @@ class Embedder:
         self.table = np.ascontiguousarray(table, dtype=np.float32)
         self.dim = int(self.table.shape[1])
         self._tokenizer = tokenizer
-        self._last = self.table.shape[0] - 1
+        if tokenizer.get_vocab_size() > self.table.shape[0]:
+            raise EmbedderUnavailable(f"the tokenizer knows {tokenizer.get_vocab_size()} tokens but the table "
+                                      f"holds {self.table.shape[0]}: the two files do not belong together")
 
     def embed(self, text: str) -> Vector:
         ids = self._tokenizer.encode(text, add_special_tokens=False).ids
         if not ids:
             return np.zeros(self.dim, dtype=np.float32)
-        vector: Vector = self.table[np.minimum(ids, self._last)].sum(axis=0)
-        norm = float(np.linalg.norm(vector))
+        vector: Vector = self.table.take(ids, axis=0).sum(axis=0)
+        norm = float(vector @ vector) ** 0.5
         return vector / norm if norm > 0 else vector
 
     def embed_many(self, texts: list[str]) -> npt.NDArray[np.float32]:

@@ -79,10 +79,12 @@ class IntentIndex:
         found, scores = self.index.search(self.embedder.embed(text))
         if found.size == 0:
             return None
-        owners = self._owner[found]
-        ranks = self._rank[owners]
-        best = ranks == ranks.min()
-        pick = int(np.argmax(np.where(best, scores, -2.0)))
+        if found.size == 1:
+            pick, owners = 0, self._owner[found]
+        else:
+            owners = self._owner[found]
+            ranks = self._rank[owners]
+            pick = int(np.argmax(np.where(ranks == ranks.min(), scores, -2.0)))
         return IntentMatch(self._rules[int(owners[pick])], self._examples[int(found[pick])],
                            round(float(scores[pick]), 4))
 

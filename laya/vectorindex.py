@@ -11,7 +11,9 @@ exactly, reading about a fifth of that:
 2. Per query, it scores every stored vector on the first ``head`` axes only,
    where most of their length lies, and adds an upper bound on the rest:
    by Cauchy–Schwarz, ``tail(x)·tail(q) ≤ |tail(x)| |tail(q)|``.
-3. Only the vectors whose bound reaches their threshold are scored in full.
+3. Only the vectors whose bound reaches their threshold are scored in full
+   (a first pass uses the loosest bound of all rows, a scalar, so the whole
+   array is compared once).
 
 No vector that meets its threshold is ever skipped, so the answer is the
 brute-force answer (``tests/unit/test_vectorindex.py`` checks it).
@@ -39,6 +41,7 @@ class VectorIndex:
             self._head: Floats = np.zeros((0, 0), dtype=np.float32)
             self._rotated: Floats = np.zeros((0, 0), dtype=np.float32)
             self._tail: Floats = np.zeros(0, dtype=np.float32)
+            self._floor = self._widest = 0.0
             self.head = 0
             return
         self.head = min(head, self.dim)
@@ -52,6 +55,8 @@ class VectorIndex:
         self._head = np.ascontiguousarray(rotated[:, :self.head].T, dtype=np.float32)
         # Rounding slack so that float32 error never turns the bound into an under-estimate.
         self._tail = (np.linalg.norm(rotated[:, self.head:], axis=1) + 1e-5).astype(np.float32)
+        self._floor = float(self.thresholds.min())
+        self._widest = float(self._tail.max())
 
     def __len__(self) -> int:
         return int(self.size)
@@ -61,16 +66,19 @@ class VectorIndex:
         if self.size == 0:
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
         rotated = query @ self._rotation
-        head = self.head
-        rest = float(np.dot(rotated[head:], rotated[head:])) ** 0.5
-        bound = rotated[:head] @ self._head
-        bound += rest * self._tail
-        candidates = np.flatnonzero(bound >= self.thresholds)
+        head = rotated[:self.head]
+        rest = max(0.0, float(rotated @ rotated) - float(head @ head)) ** 0.5
+        scores = head @ self._head
+        # One pass with one bound for every row (the loosest), then each survivor's own bound.
+        coarse = np.flatnonzero(scores >= self._floor - rest * self._widest)
+        if coarse.size == 0:
+            return coarse, np.zeros(0, dtype=np.float32)
+        candidates = coarse[scores[coarse] + rest * self._tail[coarse] >= self.thresholds[coarse]]
         if candidates.size == 0:
             return candidates, np.zeros(0, dtype=np.float32)
-        scores = self._rotated[candidates] @ rotated
-        keep = scores >= self.thresholds[candidates]
-        return candidates[keep], scores[keep]
+        full = self._rotated[candidates] @ rotated
+        keep = full >= self.thresholds[candidates]
+        return candidates[keep], full[keep]
 
     def brute_force(self, query: Floats) -> tuple[npt.NDArray[np.intp], Floats]:
         """The same answer by a full matrix product (the baseline of the bench and the tests)."""

@@ -1,0 +1,60 @@
+"""Rules with examples: validation, and matching by meaning on the real embedder."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pydantic import ValidationError
+
+from laya.embedder import load_embedder
+from laya.intents import IntentIndex
+from laya.rules import RuleSet, RuleSpec
+from laya.text import normalise
+
+EMBEDDER = load_embedder()
+
+
+def index(*specs: RuleSpec, threshold: float = 0.85) -> IntentIndex:
+    return IntentIndex(RuleSet(list(specs)), EMBEDDER, default_threshold=threshold)
+
+
+TRACK = RuleSpec(name="track", examples=["where is my parcel", "track my order", "when will my package arrive"],
+                 reply="Tracking: see the link in your confirmation email.")
+REFUND = RuleSpec(name="refund", examples=["i want a refund", "give me my money back"], model="default")
+
+
+def test_a_paraphrase_of_an_example_matches_its_rule_and_says_how_similar() -> None:
+    found = index(TRACK, REFUND).match(normalise("Where is my parcel right now?"))
+    assert found is not None and found.rule.name == "track" and 0.85 <= found.similarity <= 1
+    assert found.example == "where is my parcel"
+
+
+def test_an_unrelated_request_matches_nothing() -> None:
+    assert index(TRACK, REFUND).match(normalise("Write a haiku about queues")) is None
+
+
+def test_a_rule_threshold_overrides_the_default() -> None:
+    strict = TRACK.model_copy(update={"threshold": 0.999})
+    assert index(strict).match(normalise("Where is my parcel right now?")) is None
+    assert index(strict).match(normalise("where is my parcel")) is not None
+
+
+def test_priority_beats_similarity_when_two_rules_match() -> None:
+    near = RuleSpec(name="near", examples=["where is my parcel"], reply="near")
+    loose = RuleSpec(name="loose", examples=["where is my parcel now please"], reply="loose", priority=5)
+    found = index(near, loose, threshold=0.7).match(normalise("where is my parcel"))
+    assert found is not None and found.rule.name == "loose"
+    found = index(near, loose.model_copy(update={"priority": 0}), threshold=0.7).match(normalise("where is my parcel"))
+    assert found is not None and found.rule.name == "near"
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"reply": "x"}, "give 'patterns' (with 'match') or 'examples'"),
+    ({"match": "exact", "examples": ["hi"], "reply": "x"}, "'match' and 'patterns' go together"),
+    ({"examples": ["  "], "reply": "x"}, "examples must not be empty"),
+    ({"examples": ["hi"], "reply": "x", "threshold": 0.2}, "greater than or equal to 0.5"),
+])
+def test_a_bad_semantic_rule_is_refused_with_the_reason(fields: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        RuleSpec(name="r", **fields)  # type: ignore[arg-type]

@@ -1,0 +1,82 @@
+"""The semantic cache's verifier: what it refuses (each word class the issue names) and what it lets through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from laya.pairbench import read_pairs, run_pair_bench
+from laya.errors import InvalidRequest
+from laya.verifier import analyse, verify
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def verdict(a: str, b: str) -> str:
+    result = verify(analyse(a), analyse(b))
+    assert result.same == (result.reason == "")
+    return result.reason.partition(":")[0] or "same"
+
+
+@pytest.mark.parametrize(("a", "b", "reason"), [
+    ("Please refund my order", "Please do not refund my order", "negation"),
+    ("I want marketing emails", "I don't want marketing emails", "negation"),
+    ("Can I make pancakes with eggs?", "Can I make pancakes without eggs?", "negation"),
+    ("Convert 5 km to miles", "Convert 50 km to miles", "numbers"),
+    ("Book a table for two", "Book a table for 3", "numbers"),
+    ("Convert 5 km to miles", "Convert 5 kg to miles", "units"),
+    ("Translate hello to French", "Translate hello to German", "entities"),
+    ("Who founded IBM?", "Who founded SAP?", "entities"),
+    ("Book a flight on Monday", "Book a flight on Tuesday", "dates"),
+    ("What was the weather in Oslo?", "What will the weather be in Oslo?", "tense"),
+    ("Which is cheaper, tea or coffee?", "Which is more expensive, tea or coffee?", "comparatives"),
+    ("Is it safe to eat raw eggs?", "Is it unsafe to eat raw eggs?", "polarity"),
+    ("Is it legal to park here?", "Is it illegal to park here?", "polarity"),
+    ("Should I buy now?", "Should I sell now?", "polarity"),
+    ("Find flights from Berlin to Rome", "Find flights from Rome to Berlin", "direction"),
+    ("Where is my order?", "When is my order?", "questions"),
+    ("Can I cancel my order?", "Should I cancel my order?", "modals"),
+    ("How do I reset my password?", "How do I reset my username?", "content"),
+])
+def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
+    assert verdict(a, b) == reason
+    assert verdict(b, a) == reason
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("Convert 5 km to miles", "Please convert five km to miles"),
+    ("Can you buy me a car", "Please purchase a car for me"),
+    ("I don't want to cancel my subscription", "I do not want to cancel my subscription"),
+    ("Summarize this article", "Please summarise this article"),
+    ("what's the capital of france", "What is the capital of France?"),
+    ("Show hotels in Rome under 100 euros a night", "Find hotels in Rome below 100 euros per night"),
+])
+def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
+    assert verdict(a, b) == "same"
+
+
+@pytest.mark.parametrize("name", ["semantic_pairs.jsonl", "semantic_pairs_templated.jsonl"])
+def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str) -> None:
+    result = run_pair_bench(DATA / name)
+    assert result.different >= 150 and result.same >= 90
+    assert result.wrong_hit_rate < 0.01, result.wrong_examples
+    # The threshold alone would answer most of the different pairs: the verifier is what refuses them.
+    assert result.threshold_only_wrong_hits > result.different / 2
+    assert result.hit_rate >= (0.5 if name == "semantic_pairs.jsonl" else 0.35)
+
+
+def test_the_hand_written_set_covers_every_kind_the_issue_names() -> None:
+    pairs = read_pairs(DATA / "semantic_pairs.jsonl")
+    assert len(pairs) >= 500
+    kinds = {p.kind for p in pairs}
+    assert {"paraphrase", "negation_or_polarity", "number_or_unit", "entity", "date_or_tense",
+            "different_question"} <= kinds
+
+
+def test_a_bad_pairs_line_names_the_line_and_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text('{"a": "x", "b": "y", "same": true}\n{"a": "x", "b": "y", "same": "yes"}\n')
+    with pytest.raises(InvalidRequest, match=r"pairs.jsonl:2: field 'same' = 'yes': must be true or false"):
+        read_pairs(path)
