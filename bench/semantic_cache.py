@@ -16,9 +16,9 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-from common import write_results  # noqa: E402
+from common import write_results
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 

@@ -16,7 +16,7 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `laya router` runs (laya/cli.py says why)
 
-from common import write_results  # noqa: E402
+from common import write_results
 
 
 def main() -> None:

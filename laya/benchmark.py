@@ -94,7 +94,7 @@ class _Naive:
             for pattern in spec.patterns:
                 phrase = re.escape(normalise(pattern))
                 source = {"exact": f"^{phrase}$", "prefix": f"^{phrase}", "keyword": rf"\b{phrase}\b",
-                          "regex": pattern}[spec.match]
+                          "regex": pattern}[str(spec.match)]
                 self.rules.append((re.compile(source), rule))
 
     def match(self, text: str) -> Any:
@@ -232,6 +232,11 @@ INTENT_FRAMES = ["please {v} my {o}", "how do i {v} my {o}", "i want to {v} my {
                  "{v} {o}"]
 
 
+def _exact_path(flight: Any) -> bool:
+    """A pattern or the exact cache answered the request, or a pattern chose its model."""
+    return flight.route is not None or bool(flight.rule_matched)
+
+
 def synthetic_intents(n: int) -> list[RuleSpec]:
     """``n`` rules with 10 example sentences each, one (verb, object) intent per rule."""
     rules = []
@@ -281,9 +286,9 @@ class SemanticRoutingBench:
                 "embedder_load_s": self.load_s}
 
     def table(self) -> str:
-        rows = [f"semantic routing: {self.rules} pattern rules + {self.intents} intents x "
-                f"{self.examples // max(self.intents, 1)} examples ({self.examples:,} examples), "
-                f"{self.requests:,} requests per row; embedder loaded in {self.load_s:.2f} s", "",
+        rows = [(f"semantic routing: {self.rules} pattern rules + {self.intents} intents x "
+                 f"{self.examples // max(self.intents, 1)} examples ({self.examples:,} examples), "
+                 f"{self.requests:,} requests per row; embedder loaded in {self.load_s:.2f} s"), "",
                 f"{'what':<58}{'p50 µs':>9}{'p99 µs':>9}{'mean µs':>9}"]
         for name, figures in (
                 ("exact path (patterns, exact cache), without intents", self.exact_baseline),
@@ -339,7 +344,7 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     exact_decide, decide = decider(exact_router), decider(router)
     # The exact path: requests a pattern or the exact cache answers (or a pattern sends to its model).
     mix = [Request(prompt=t) for t in synthetic_texts(n_rules, prompts, requests * 2, rng)]
-    exact_in = [r for r in mix if (lambda f: f.route is not None or f.rule_matched)(exact_decide(r))][:requests]
+    exact_in = [r for r in mix if _exact_path(exact_decide(r))][:requests]
     semantic_in = [Request(prompt=t) for t in semantic_texts]
     _timed(exact_in[:1000], exact_decide)
     _timed(semantic_in[:1000], decide)

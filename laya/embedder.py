@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from laya.config import Settings
     from laya.rules import RuleSet
 
-__all__ = ["EmbedderUnavailable", "Embedder", "TextEmbedder", "Vector", "load_embedder", "semantic_embedder"]
+__all__ = ["Embedder", "EmbedderUnavailable", "TextEmbedder", "Vector", "load_embedder", "semantic_embedder"]
 
 log = logging.getLogger("laya.embedder")
 

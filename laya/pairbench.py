@@ -100,16 +100,16 @@ class PairBench:
 
     def table(self) -> str:
         only_wrong = self.threshold_only_wrong_hits / max(self.different, 1)
-        rows = [f"semantic cache on {self.source}: {self.pairs} pairs ({self.same} same, {self.different} "
-                f"different), similarity threshold {self.threshold:g}", "",
+        rows = [(f"semantic cache on {self.source}: {self.pairs} pairs ({self.same} same, {self.different} "
+                 f"different), similarity threshold {self.threshold:g}"), "",
                 f"{'':<34}{'hit rate (same)':>17}{'wrong hits (different)':>25}",
-                f"{'threshold + verifier (Laya)':<34}{self.hit_rate:>16.1%} "
-                f"{self.wrong_hits:>10} = {self.wrong_hit_rate:>6.2%}",
-                f"{'threshold alone (baseline)':<34}{self.threshold_only_hits / max(self.same, 1):>16.1%} "
-                f"{self.threshold_only_wrong_hits:>10} = {only_wrong:>6.2%}", "",
-                f"lookup in a cache of {self.pairs} prompts: p50 {self.lookup_us['p50']:.1f} µs, "
-                f"p99 {self.lookup_us['p99']:.1f} µs", "", f"{'kind':<22}{'pairs':>7}{'same':>6}{'hits':>6}"
-                f"{'wrong':>7}"]
+                (f"{'threshold + verifier (Laya)':<34}{self.hit_rate:>16.1%} "
+                 f"{self.wrong_hits:>10} = {self.wrong_hit_rate:>6.2%}"),
+                (f"{'threshold alone (baseline)':<34}{self.threshold_only_hits / max(self.same, 1):>16.1%} "
+                 f"{self.threshold_only_wrong_hits:>10} = {only_wrong:>6.2%}"), "",
+                (f"lookup in a cache of {self.pairs} prompts: p50 {self.lookup_us['p50']:.1f} µs, "
+                 f"p99 {self.lookup_us['p99']:.1f} µs"), "",
+                f"{'kind':<22}{'pairs':>7}{'same':>6}{'hits':>6}{'wrong':>7}"]
         for kind, row in sorted(self.by_kind.items()):
             rows.append(f"{kind or '-':<22}{row['pairs']:>7}{row['same']:>6}{row['hits']:>6}{row['wrong_hits']:>7}")
         if self.rejections:

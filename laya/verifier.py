@@ -33,6 +33,10 @@ from dataclasses import dataclass
 
 __all__ = ["Verdict", "Words", "analyse", "verify"]
 
+def _words(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 _CONTRACTIONS = [
     (re.compile(r"\bcan't\b|\bcannot\b"), "can not"), (re.compile(r"\bwon't\b"), "will not"),
     (re.compile(r"\bshan't\b"), "shall not"), (re.compile(r"n't\b"), " not"), (re.compile(r"'re\b"), " are"),
@@ -59,9 +63,9 @@ miles" / "What is 5 km in miles?"): they frame a request, like "please". A verb 
 is content."""
 NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
                        "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate((
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"))}
 _NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
                       "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
                       "billion": "1000000000", "dozen": "12", "half": "0.5", "quarter": "0.25", "double": "x2",
@@ -86,21 +90,21 @@ _UNITS = {
     "amp": "a", "calorie": "kcal", "kcal": "kcal", "acre": "acre", "hectare": "ha", "pixel": "px", "px": "px",
     "dpi": "dpi",
 }
-_DATES = frozenset(
+_DATES = _words(
     "january february march april may june july august september october november december jan feb mar apr jun "
     "jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu "
     "thur thurs fri sat sun today tomorrow yesterday tonight morning afternoon evening night noon midnight "
     "weekend weekday spring summer autumn fall winter now later soon recently currently ago next previous "
-    "daily weekly monthly yearly annual annually hourly am pm christmas easter".split())
+    "daily weekly monthly yearly annual annually hourly am pm christmas easter")
 _PAST = frozenset({"did", "was", "were", "had", "ago", "yesterday", "last", "previous", "happened", "used"})
 _FUTURE = frozenset({"will", "shall", "gonna", "tomorrow", "next", "upcoming"})
-_COMPARATIVES = frozenset(
+_COMPARATIVES = _words(
     "more less fewer most least better best worse worst higher highest lower lowest larger largest smaller "
     "smallest bigger biggest cheaper cheapest faster fastest slower slowest greater greatest older oldest newer "
     "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
     "closer closest nearer nearest farther farthest further furthest quicker quickest "
     "below over under than max maximum min minimum increase decrease exceed exceeds within beyond "
-    "only all every each some many much few several enough too very".split())
+    "only all every each some many much few several enough too very")
 _ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "good/bad", "true/false", "right/wrong", "yes/no", "open/close", "open/closed", "start/stop", "begin/end",
     "buy/sell", "hot/cold", "warm/cool", "high/low", "big/small", "large/small", "long/short", "fast/slow",
@@ -133,13 +137,14 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "find/search", "write/compose", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
     "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
 )]
-_STOP = frozenset(
+_STOP = _words(
     "a an the of to in on at for with by from as into onto about is are be been being am do does this that these "
     "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
     "what which who whom whose how to please can could would may might should must shall will "
     "get got have has having let any some just really actually also very much thing things stuff "
-    "kind sort type bit lot lots way per yet".split()) | FRAMING_VERBS - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might",
-                                                                               "could", "would", "can"}
+    "kind sort type bit lot lots way per yet") | FRAMING_VERBS
+# Negations, tense and modals are compared as classes of their own before a word can count as a stop word.
+_STOP = _STOP - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would", "can"}
 # Question words that ask different things: "where is" is not "when is".
 _QUESTION_WORDS = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose",
                    "where": "where", "when": "when", "why": "why", "how": "how", "how_many": "how_many"}
@@ -290,16 +295,14 @@ def _directions(tokens: list[str]) -> list[tuple[str, str]]:
 def _entities(text: str) -> list[str]:
     """Capitalised words not opening a sentence, acronyms, and words mixing letters and digits."""
     found = []
-    start = True
     for match in _RAW_TOKEN.finditer(text):
         word = match.group(0)
         before = text[:match.start()].rstrip()
-        start = not before or before[-1] in ".!?:;\"'(\n"
-        if word.isupper() and len(word) > 1 and word.isalpha():
-            found.append(word.lower())
-        elif any(c.isdigit() for c in word) and any(c.isalpha() for c in word):
-            found.append(word.lower())
-        elif word[0].isupper() and not start and word.lower() not in _STOP and word != "I":
+        opening = not before or before[-1] in ".!?:;\"'(\n"
+        acronym = word.isupper() and len(word) > 1 and word.isalpha()
+        mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
+        named = word[0].isupper() and not opening and word.lower() not in _STOP and word != "I"
+        if acronym or mixed or named:
             found.append(word.lower())
     return found
 

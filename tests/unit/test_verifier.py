@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from laya.pairbench import read_pairs, run_pair_bench
 from laya.errors import InvalidRequest
+from laya.pairbench import read_pairs, run_pair_bench
 from laya.verifier import analyse, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
