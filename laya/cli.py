@@ -62,6 +62,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from laya.worker import run_worker
 
     settings = _settings(args)
+    if args.model is not None:
+        settings = settings.for_model(args.model)
+    elif len(settings.served) > 1:
+        raise ConfigError(f"{settings.source} serves {len(settings.served)} models "
+                          f"({', '.join(m.name for m in settings.served)}): start one worker per model with "
+                          "--model NAME (`laya up` does)")
     run_worker(settings, connect(settings, wait=True), burst=args.burst, force=args.force)
     return 0
 
@@ -82,6 +88,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from laya.planner import make_plan, plan_input
 
     settings = _settings(args)
+    if args.model is None and len(settings.served) > 1:
+        from laya.modelset import plan_models
+
+        plans = plan_models(settings, _machine(args))
+        print(orjson.dumps(plans.to_dict(), default=str, option=orjson.OPT_INDENT_2).decode() if args.json
+              else plans.table())
+        return 0 if plans.fits else 1
     model_path = args.model or settings.model.path
     if model_path is None:
         raise ConfigError("no model to plan: pass --model PATH or set model.path")
@@ -312,10 +325,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("router", help="run an ingress router").set_defaults(func=cmd_router)
     p = sub.add_parser("worker", help="run a GPU worker (loads the model, then serves its queue)")
     p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
+    p.add_argument("--model", metavar="NAME", help="which of the config's [[models]] to serve (needed when it "
+                                                   "lists several)")
     p.add_argument("--force", action="store_true", help="load even when the memory plan refuses")
     p.set_defaults(func=cmd_worker)
-    p = sub.add_parser("plan", help="memory plan for a model on this (or a given) machine, before loading")
-    p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file (default: model.path)")
+    p = sub.add_parser("plan", help="memory plan for a model, or the config's [[models]] together, on this (or "
+                                    "a given) machine, before loading")
+    p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file (default: model.path, or every model "
+                                                              "of [[models]], planned together)")
     p.add_argument("--ctx", type=int, metavar="TOKENS", help="tokens per sequence (default: runtime.max_seq_len)")
     p.add_argument("--parallel", type=int, metavar="N", help="sequences (default: runtime.n_parallel)")
     p.add_argument("--kv", choices=["f16", "q8_0", "q4_0"], help="KV cache type (default: memory.kv_cache_policy)")

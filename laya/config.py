@@ -235,6 +235,11 @@ class Settings(BaseModel):
 
     redis: RedisConfig = Field(default_factory=RedisConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
+    models: list[ModelConfig] = Field(
+        default_factory=list, max_length=16,
+        description="Several models served together ([[models]] tables, instead of [model]): one worker each, "
+        "planned as a set; the first is the default. Rules and intents send requests to them by name.",
+    )
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
@@ -242,14 +247,49 @@ class Settings(BaseModel):
     _env: dict[str, str] = PrivateAttr(default_factory=dict)
     """``section.field`` → the environment variable that set it."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _first_of_models_is_the_model(cls, data: Any) -> Any:
+        """With ``[[models]]``, ``model`` is the first of them, so code that serves one model serves the default."""
+        if isinstance(data, dict) and isinstance(data.get("models"), list) and data["models"]:
+            # On assignment (validate_assignment) ``model`` is already the first of ``models``.
+            if "model" in data and data["model"] != data["models"][0]:
+                raise ValueError("give [model] (one model) or [[models]] (several), not both; with [[models]], "
+                                 "LAYA_MODEL_PATH does not apply: give each model its path")
+            data = {**data, "model": data["models"][0]}
+        return data
+
+    @model_validator(mode="after")
+    def _model_names_unique(self) -> Settings:
+        names = [m.name for m in self.models]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"[[models]] names must be unique; repeated: {repeated}")
+        return self
+
+    @property
+    def served(self) -> list[ModelConfig]:
+        """The models this configuration loads: ``[[models]]``, else ``[model]``."""
+        return list(self.models) or [self.model]
+
+    def for_model(self, name: str) -> Settings:
+        """This configuration as the worker of model ``name`` sees it: ``model`` is that one."""
+        for model in self.served:
+            if model.name == name:
+                return self.model_copy(update={"model": model})
+        raise ConfigError(f"{self.source}: model {name!r} is not one this config serves "
+                          f"({', '.join(m.name for m in self.served)}); a worker loads only a model its config "
+                          "plans for: add it to [[models]], or start the worker with one of those names")
+
     @property
     def semantic_models(self) -> frozenset[str]:
         """Models whose answers the semantic cache may reuse."""
-        return frozenset({self.model.name} if self.model.semantic_cache else ())
+        return frozenset(m.name for m in self.served if m.semantic_cache)
 
     @property
     def model_names(self) -> list[str]:
-        return [self.model.name, *(m for m in self.router.models if m != self.model.name)]
+        served = [m.name for m in self.served]
+        return [*served, *(m for m in self.router.models if m not in served)]
 
     def origin(self, field: str) -> str:
         """Where ``field`` (``"redis.url"``) got its value: an environment variable, the file, or the defaults.
@@ -397,10 +437,14 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, str]
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
-    for section, field in (("model", "path"), ("router", "routes_file"), ("router", "embedder_dir")):
-        value = data.get(section, {}).get(field)
+    tables = [(data.get(section), field) for section, field in (("model", "path"), ("router", "routes_file"),
+                                                                ("router", "embedder_dir"))]
+    models = data.get("models")
+    tables += [(table, "path") for table in (models if isinstance(models, list) else [])]
+    for table, field in tables:
+        value = table.get(field) if isinstance(table, dict) else None
         if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
-            data[section][field] = str(base / value)
+            table[field] = str(base / value)
 
 
 def read_toml(file: Path, what: str) -> dict[str, Any]:

@@ -256,9 +256,18 @@ class Stack:
     """Set by SIGINT/SIGTERM once :meth:`handle_signals` has run."""
     _redis: Redis | None = None
 
+    @property
+    def workers(self) -> dict[str, str]:
+        """Supervisor role → model name: one worker per served model (``worker`` when there is one)."""
+        served = self.settings.served
+        if len(served) == 1:
+            return {"worker": served[0].name}
+        return {f"worker:{model.name}": model.name for model in served}
+
     def start(self) -> Self:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        model_path = ensure_model(self.settings, self.state_dir)
+        several = len(self.settings.served) > 1
+        model_path = None if several else ensure_model(self.settings, self.state_dir)
         if self.settings.redis.url:
             self.url = self.settings.redis.url
         else:
@@ -273,11 +282,15 @@ class Stack:
         self._redis = open_redis(self.url)
         if self.server is not None:  # our own server: workers of this host listed there are ours
             self._forget_dead_workers()
-        env = {**os.environ, **self.extra_env, "LAYA_REDIS_URL": self.url, "LAYA_MODEL_PATH": str(model_path)}
+        env = {**os.environ, **self.extra_env, "LAYA_REDIS_URL": self.url}
+        if model_path is not None:  # [[models]] name their own paths
+            env["LAYA_MODEL_PATH"] = str(model_path)
         if self.config_path:
             env["LAYA_CONFIG"] = self.config_path
-        self.supervisor = Supervisor({role: [sys.executable, "-m", "laya", role] for role in ROLES}, env=env,
-                                     policy=self.policy, on_death=self._on_death)
+        commands = {"router": [sys.executable, "-m", "laya", "router"]}
+        for role, model in self.workers.items():
+            commands[role] = [sys.executable, "-m", "laya", "worker", *(["--model", model] if several else [])]
+        self.supervisor = Supervisor(commands, env=env, policy=self.policy, on_death=self._on_death)
         self.supervisor.start()
         return self
 
@@ -291,23 +304,28 @@ class Stack:
         signal.signal(signal.SIGTERM, request_stop)
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
-        """Wait until the worker has registered with RQ (its model is loaded); False if asked to stop first."""
+        """Wait until every worker has registered with RQ (its model is loaded); False if asked to stop first."""
         from rq import Worker
 
         assert self.supervisor is not None
         host = socket.gethostname()
         deadline = time.monotonic() + timeout
+        waiting = dict(self.workers)
         while time.monotonic() < deadline:
             if self.stop_requested:
                 return False
             self.check()
-            # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker).
-            if (pid := self.supervisor.pid("worker")) is not None:
-                own = f"laya-{self.settings.model.name}-{host}-{pid}"
-                if any(w.name == own or w.name.startswith(f"{own}.") for w in Worker.all(connection=self._redis)):
-                    return True
+            names = [w.name for w in Worker.all(connection=self._redis)]
+            for role, model in list(waiting.items()):
+                # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker).
+                if (pid := self.supervisor.pid(role)) is not None:
+                    own = f"laya-{model}-{host}-{pid}"
+                    if any(name == own or name.startswith(f"{own}.") for name in names):
+                        del waiting[role]
+            if not waiting:
+                return True
             time.sleep(0.1)
-        raise ServerError(f"the worker did not come up within {timeout:g} s")
+        raise ServerError(f"the worker(s) {', '.join(waiting.values())} did not come up within {timeout:g} s")
 
     def check(self) -> None:
         """Restart what died; raise :class:`ServerError` when a child or the server cannot be kept running."""
@@ -335,7 +353,7 @@ class Stack:
             self.server = None
 
     def _on_death(self, role: str, pid: int) -> None:
-        if role == "worker":
+        if role.startswith("worker"):
             self._forget_dead_workers(pid)
 
     def _forget_dead_workers(self, pid: int | None = None) -> None:

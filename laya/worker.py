@@ -232,7 +232,12 @@ def plan_and_load(settings: Settings, *, force: bool = False,
         buffers = extra_buffers(settings.model.cpu_extra_buffers, machine)
         log.info("%s", buffers.describe())
         return LlamaBackend(settings, extra_buffers=buffers.enabled), None
-    plan = make_plan(info, machine, plan_input(settings))
+    if len(settings.served) > 1:  # this worker's share of the set: what the models before it leave
+        from laya.modelset import plan_models
+
+        plan = plan_models(settings, machine).plan_for(settings.model.name)
+    else:
+        plan = make_plan(info, machine, plan_input(settings))
     for line in plan.table().splitlines():
         log.info("plan: %s", line)
     n_ctx = settings.runtime.max_seq_len

@@ -53,7 +53,7 @@ class RunningUp:
                 self.proc.kill()
                 self.proc.wait()
         text = self.text()
-        pids = re.findall(r"laya (?:router|worker) started \(pid (\d+)\)", text)
+        pids = re.findall(r"laya (?:router|worker(?::[A-Za-z0-9_.-]+)?) started \(pid (\d+)\)", text)
         pids += re.findall(r"embedded Valkey on \S+ \(pid (\d+)", text)
         for pid in map(int, pids):
             if _alive(pid):
