@@ -81,12 +81,26 @@ def test_a_worker_refuses_a_model_its_config_does_not_plan(two_models: Settings)
         two_models.for_model("huge")
 
 
+def config_file(settings: Settings, path: Path, head: str) -> Path:
+    paths = [m.path for m in settings.served]
+    path.write_text(f'{head}\n\n[[models]]\nname = "small"\npath = "{paths[0]}"\n\n'
+                    f'[[models]]\nname = "big"\npath = "{paths[1]}"\n')
+    return path
+
+
+def test_laya_plan_plans_the_set_together(two_models: Settings, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    config = config_file(two_models, tmp_path / "two.toml", "")
+    assert main(["-c", str(config), "plan", "--ram", "64GiB", "--vram", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "== small ==" in out and "== big ==" in out and "set FITS: all 2 stay loaded together" in out
+    assert main(["-c", str(config), "plan", "--ram", "700MiB", "--vram", "0"]) == 1
+    assert "set does NOT fit" in capsys.readouterr().out
+
+
 def test_laya_worker_needs_a_model_name_when_the_config_has_several(two_models: Settings, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
-    config = tmp_path / "two.toml"
-    paths = [m.path for m in two_models.served]
-    config.write_text(f'[redis]\nurl = "{two_models.redis.url}"\n\n[[models]]\nname = "small"\npath = "{paths[0]}"\n'
-                      f'\n[[models]]\nname = "big"\npath = "{paths[1]}"\n')
+    config = config_file(two_models, tmp_path / "two.toml", f'[redis]\nurl = "{two_models.redis.url}"')
     assert main(["-c", str(config), "worker", "--burst"]) == 2
     assert "start one worker per model with --model NAME" in capsys.readouterr().err
     assert main(["-c", str(config), "worker", "--burst", "--model", "huge"]) == 2
@@ -110,11 +124,8 @@ def test_the_set_is_planned_together_and_says_which_model_does_not_fit(two_model
 
 def test_laya_up_starts_one_worker_per_model_and_answers_through_each(two_models: Settings, tmp_path: Path) -> None:
     port = free_port()
-    paths = [m.path for m in two_models.served]
-    routes = two_models.router.routes_file
-    (tmp_path / "two.toml").write_text(
-        f'[redis]\nembedded_port = {port}\n\n[router]\nroutes_file = "{routes}"\n\n'
-        f'[[models]]\nname = "small"\npath = "{paths[0]}"\n\n[[models]]\nname = "big"\npath = "{paths[1]}"\n')
+    config_file(two_models, tmp_path / "two.toml",
+                f'[redis]\nembedded_port = {port}\n\n[router]\nroutes_file = "{two_models.router.routes_file}"')
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
     up = RunningUp(f"{Path(sys.executable).parent / 'laya'} -c two.toml up", cwd=tmp_path, env=env)
     try:
