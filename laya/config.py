@@ -437,12 +437,14 @@ def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, str]
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
-    tables = [(data.get(section), field) for section, field in (("model", "path"), ("router", "routes_file"),
+    tables: list[tuple[Any, str]] = [(data.get(section), field) for section, field in (("model", "path"), ("router", "routes_file"),
                                                                 ("router", "embedder_dir"))]
     models = data.get("models")
     tables += [(table, "path") for table in (models if isinstance(models, list) else [])]
     for table, field in tables:
-        value = table.get(field) if isinstance(table, dict) else None
+        if not isinstance(table, dict):
+            continue
+        value = table.get(field)
         if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
             table[field] = str(base / value)
 

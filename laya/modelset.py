@@ -49,8 +49,8 @@ class SetPlan:
                 "alone": self.alone}
 
     def table(self) -> str:
-        rows = [f"{len(self.entries)} models planned together, in config order, each on what the ones before "
-                "it leave", ""]
+        rows = [(f"{len(self.entries)} models planned together, in config order, each on what the ones before "
+                 "it leave"), ""]
         for model, plan in self.entries:
             rows += [f"== {model.name} ==", plan.table(), ""]
         used = {device: sum(d.total for _, p in self.entries for d in p.devices if d.device == device)
