@@ -22,17 +22,20 @@ from common import write_results
 def main() -> None:
     from laya.benchmark import run_semantic_routing_bench
 
+    load_before = os.getloadavg()[0]
     result = run_semantic_routing_bench(n_rules=1000, n_intents=1000, requests=20_000)
+    load = f"1-minute load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs)"
     semantic, base, exact = result.semantic, result.exact_baseline, result.exact_with_semantic
     ok = semantic["p50"] <= 50 and exact["p50"] <= base["p50"] * 1.1
     verdict = "met" if ok else "NOT met"
     write_results("semantic_routing.md", [
         "# Semantic intents: routing decision in process", "", "```", result.table(), "```", "",
+        load, "",
         f"Target: p50 ≤ 50 µs with intents, exact path p50 within 10 % of its baseline: {verdict}."],
         run=(f"intents p50 {semantic['p50']:.2f} µs, p99 {semantic['p99']:.2f} µs; exact path p50 "
              f"{exact['p50']:.2f} µs (baseline {base['p50']:.2f} µs); index search p50 "
              f"{result.index_search['p50']:.2f} µs vs matrix product {result.brute_force_search['p50']:.2f} µs; "
-             f"target {verdict}"))
+             f"target {verdict}; {load}"))
 
 
 if __name__ == "__main__":
