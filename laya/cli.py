@@ -26,9 +26,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _client(settings: Settings) -> Any:
     from laya.client import Client
-    from laya.connection import connect
+    from laya.connection import ReplicaAcks, connect
 
-    return Client(connect(settings), prefix=settings.redis.prefix)
+    return Client(connect(settings), prefix=settings.redis.prefix, acks=ReplicaAcks.of(settings.redis))
 
 
 def _print_result(result: Any, as_json: bool) -> int:

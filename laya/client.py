@@ -13,6 +13,11 @@ writes them, then its result; :meth:`Client.follow` does the same for a request
 already submitted, from any chunk on (a reader that lost its connection resumes
 after the last chunk it saw).
 
+With ``acks`` (``redis.min_replica_acks``), accepted means replicated: the
+XADD is followed in the same write by ``WAIT n timeout``, and a request the
+replicas did not confirm raises :class:`~laya.errors.NotReplicated` instead of
+returning its id.
+
 Every method raises :class:`~laya.errors.ConnectionLost` (a ``LayaError``)
 when the server goes away during the call, never redis-py's own errors: the
 message names the server without its password, and, for a request that may
@@ -36,9 +41,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import EncodableT, FieldT
 
 from laya.codec import FIELD, decode_result, encode_request
-from laya.config import error_message
-from laya.connection import open_redis, server_url
-from laya.errors import ConnectionLost, InvalidRequest
+from laya.config import Settings, error_message
+from laya.connection import ReplicaAcks, open_redis, server_url
+from laya.errors import ConnectionLost, InvalidRequest, NotReplicated
 from laya.keys import Keys
 from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
@@ -61,15 +66,22 @@ class Chunk:
 
 
 class Client:
-    def __init__(self, redis: Redis, *, prefix: str = "laya") -> None:
+    def __init__(self, redis: Redis, *, prefix: str = "laya", acks: ReplicaAcks | None = None) -> None:
         self.redis = redis
         self.keys = Keys(prefix)
+        self.acks = acks or ReplicaAcks()
         self.results = ResultStore(redis, self.keys, ttl_s=1)  # read-only use: ttl unused
         self.wire = Wire(redis)
 
     @classmethod
-    def from_url(cls, url: str, *, prefix: str = "laya") -> Client:
-        return cls(open_redis(url), prefix=prefix)
+    def from_url(cls, url: str, *, prefix: str = "laya", acks: ReplicaAcks | None = None) -> Client:
+        return cls(open_redis(url), prefix=prefix, acks=acks)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Client:
+        """A client as the configuration says: its URL (a Sentinel URL too), key prefix and min_replica_acks."""
+        return cls(open_redis(settings.redis.effective_url), prefix=settings.redis.prefix,
+                   acks=ReplicaAcks.of(settings.redis))
 
     # -- submit --------------------------------------------------------------
 
@@ -80,8 +92,24 @@ class Client:
 
     def submit_request(self, request: Request) -> str:
         with self._boundary(f"submitting request {request.id}", request.id, submitting=True):
-            self.redis.xadd(self.keys.ingress, _entry(request))
+            if not self.acks.count:
+                self.redis.xadd(self.keys.ingress, _entry(request))
+                return request.id
+            with self.redis.pipeline(transaction=False) as pipe:  # one connection: WAIT confirms this XADD
+                pipe.xadd(self.keys.ingress, _entry(request))
+                pipe.execute_command(*self.acks.commands()[0])
+                _, acked = pipe.execute()
+        self._confirmed(acked, [request.id])
         return request.id
+
+    def _confirmed(self, acked: int, request_ids: list[str]) -> None:
+        """Raise :class:`NotReplicated` for ``request_ids`` when too few replicas confirmed their XADD."""
+        one = len(request_ids) == 1
+        self.acks.check(acked, f"request {request_ids[0]}" if one else f"{len(request_ids)} requests",
+                        request_id=request_ids[0] if one else None,
+                        outcome=f"so {'it is' if one else 'they are'} not accepted: a failover could lose "
+                        f"{'it' if one else 'them'}. Answers may still come; submit again with the same "
+                        "id once the replicas are back (one id gets one result)")
 
     def submit_many(self, payloads: Iterable[dict[str, Any]], *, reply_to: str | None = None,
                     chunk: int = 500) -> list[str]:
@@ -102,10 +130,19 @@ class Client:
                 pipe.xadd(self.keys.ingress, {FIELD: orjson.dumps(body)})
                 ids.append(str(body["id"]))
                 if len(pipe) >= chunk:
-                    pipe.execute()
+                    self._execute_chunk(pipe, ids)
             if len(pipe):
-                pipe.execute()
+                self._execute_chunk(pipe, ids)
         return ids
+
+    def _execute_chunk(self, pipe: Any, ids: list[str]) -> None:
+        """Send the XADDs in ``pipe`` (the last of ``ids``), with a WAIT after them when acks are asked for."""
+        count = len(pipe)
+        for command in self.acks.commands():
+            pipe.execute_command(*command)
+        replies = pipe.execute()
+        if self.acks.count:
+            self._confirmed(replies[-1], ids[-count:])
 
     def submit_raw(self, fields: dict[bytes | str, bytes | str]) -> str:
         """XADD an entry exactly as given (tests, fuzzing); returns the stream entry id."""
@@ -176,6 +213,7 @@ class Client:
         accepted, and its error says so.
         """
         commands: list[tuple[EncodableT, ...]] = [("XADD", self.keys.ingress, "*", FIELD, _entry(request)[FIELD])]
+        commands += self.acks.commands()
         if check_existing:
             commands.append(("GET", self.keys.result(request.id)))
         if timeout is not None:
@@ -183,6 +221,8 @@ class Client:
         with (self._boundary(f"submitting request {request.id}", request.id, submitting=True),
               self.wire.exchange(commands) as replies):
             replies.next()  # the XADD's entry id; a refused XADD raises here
+            if self.acks.count:
+                self._confirmed(replies.next(), [request.id])
             with self._boundary(f"waiting for request {request.id}", request.id):
                 if check_existing and (existing := replies.next()) is not None:
                     return decode_result(existing)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import ErrorDetails
 
 from laya.errors import ConfigError
+from laya.sentinel import is_sentinel_url, parse_sentinel_url
 
 __all__ = [
     "MemoryConfig",
@@ -51,18 +52,33 @@ class RedisConfig(BaseModel):
     url: str | None = Field(
         None,
         description="redis://, rediss:// (TLS) or unix:// URL, with user and password if the "
-        "server needs them. Unset: the embedded Valkey that `laya up` starts on embedded_port.",
+        "server needs them; or redis+sentinel://[user:pass@]host:port[,host:port...]/service[/db] "
+        "(rediss+sentinel:// for TLS) to follow the primary Sentinel names through failovers. "
+        "Unset: the embedded Valkey that `laya up` starts on embedded_port.",
     )
     embedded_port: int = Field(6390, ge=1, le=65535, description="Port of the embedded Valkey.")
     prefix: str = Field(
         "laya", pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="Prefix of every Laya key."
     )
+    min_replica_acks: int = Field(
+        0, ge=0, le=16,
+        description="Replicas that must confirm a write (WAIT) before it counts: a producer's request is "
+        "accepted, a router's commit and a worker's result are done, only then. 0: the primary's word is "
+        "enough (a failover can lose the last writes).",
+    )
+    replica_ack_timeout_ms: int = Field(
+        1000, ge=1, le=60_000,
+        description="How long a write waits for min_replica_acks replicas; a producer whose request is "
+        "not confirmed in time gets a not_replicated error instead of an acceptance.",
+    )
 
     @field_validator("url")
     @classmethod
     def _known_scheme(cls, value: str | None) -> str | None:
-        if value is not None and urlsplit(value).scheme not in {"redis", "rediss", "unix"}:
-            raise ValueError("must start with redis://, rediss:// or unix://")
+        if value is not None and is_sentinel_url(value):
+            parse_sentinel_url(value)  # its ValueError says which part is wrong
+        elif value is not None and urlsplit(value).scheme not in {"redis", "rediss", "unix"}:
+            raise ValueError("must start with redis://, rediss://, unix://, redis+sentinel:// or rediss+sentinel://")
         return value
 
     @property

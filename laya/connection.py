@@ -1,27 +1,57 @@
-"""Redis connections from the configuration (passwords, ACL users, TLS all come in the URL)."""
+"""Redis connections from the configuration (passwords, ACL users, TLS all come in the URL).
+
+Every connection Laya makes starts here. A ``redis+sentinel://`` URL gives a
+client whose connections ask the Sentinels for the current primary each time
+they (re)connect, so a process follows a failover by reconnecting, as it
+already does after a server restart: nobody restarts for it.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from redis.connection import SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
-from laya.config import Settings, redact_url
-from laya.errors import ServerError
+from laya.config import RedisConfig, Settings, redact_url
+from laya.errors import NotReplicated, ServerError
+from laya.sentinel import SentinelURL, is_sentinel_url, parse_sentinel_url
 
-__all__ = ["connect", "open_redis", "release_lock", "renew_lock", "server_url", "unreachable"]
+if TYPE_CHECKING:
+    from laya.wire import Command
+
+__all__ = ["ReplicaAcks", "connect", "open_redis", "release_lock", "renew_lock", "server_url", "unreachable"]
 
 log = logging.getLogger("laya.connection")
+
+SENTINEL_TIMEOUT_S = 2.0
+"""A Sentinel that has not answered in this long is skipped for the next one: an unreachable address
+must cost seconds, not hang the caller (redis-py would use the data connections' timeout: none)."""
 
 
 def open_redis(url: str) -> Redis:
     """A client for blocking reads: no read timeout (redis-py 8 defaults to 5 s, which cuts a
     longer BLPOP short); dead peers are found by TCP keepalive and health checks instead."""
-    return Redis.from_url(url, socket_timeout=None, socket_connect_timeout=5, socket_keepalive=True,
-                          health_check_interval=30)
+    options: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True,
+                               "health_check_interval": 30}
+    if is_sentinel_url(url):
+        address = parse_sentinel_url(url)
+        sentinels = Sentinel(address.sentinels, sentinel_kwargs=_sentinel_options(address))
+        client: Redis = sentinels.master_for(address.service, **options, **address.server_options)
+        return client
+    return Redis.from_url(url, **options)
+
+
+def _sentinel_options(address: SentinelURL) -> dict[str, Any]:
+    return {"socket_timeout": SENTINEL_TIMEOUT_S, "socket_connect_timeout": SENTINEL_TIMEOUT_S,
+            **address.sentinel_options}
 
 
 def connect(settings: Settings, *, check: bool = True, wait: bool = False) -> Redis:
@@ -55,6 +85,10 @@ def unreachable(settings: Settings, exc: Exception) -> str:
     config (another port): the message names the port or URL this command
     used and the setting that chose it.
     """
+    if isinstance(exc, MasterNotFoundError) and is_sentinel_url(settings.redis.effective_url):
+        address = parse_sentinel_url(settings.redis.effective_url)
+        return (f"no primary for service {address.service!r} from the Sentinels at {address.describe()} "
+                f"(redis.url, from {settings.origin('redis.url')}): {sentinel_report(address)}")
     cause = exc.__cause__ or exc.__context__
     reason = ((cause.strerror or str(cause)) if isinstance(cause, OSError) else str(exc)).rstrip(".")
     if reason[1:2].islower():  # "Connection refused" reads as part of the sentence
@@ -78,12 +112,88 @@ def server_url(redis: Redis) -> str:
     pool = redis.connection_pool
     kwargs = pool.connection_kwargs
     db = kwargs.get("db") or 0
+    if isinstance(pool, SentinelConnectionPool):
+        scheme = "rediss+sentinel" if issubclass(pool.connection_class, SSLConnection) else "redis+sentinel"
+        hosts = ",".join("{host}:{port}".format_map(s.connection_pool.connection_kwargs)
+                         for s in pool.sentinel_manager.sentinels)
+        primary = f" (primary {pool.master_address[0]}:{pool.master_address[1]})" if pool.master_address else ""
+        return f"{scheme}://{_auth(kwargs)}{hosts}/{pool.service_name}/{db}{primary}"
     if issubclass(pool.connection_class, UnixDomainSocketConnection):
         return f"unix://{kwargs.get('path', '')}?db={db}"
     scheme = "rediss" if issubclass(pool.connection_class, SSLConnection) else "redis"
+    return f"{scheme}://{_auth(kwargs)}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
+
+
+def _auth(kwargs: dict[str, Any]) -> str:
     user = kwargs.get("username") or ""
-    auth = f"{user}:***@" if kwargs.get("password") else f"{user}@" if user else ""
-    return f"{scheme}://{auth}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{db}"
+    return f"{user}:***@" if kwargs.get("password") else f"{user}@" if user else ""
+
+
+def sentinel_report(address: SentinelURL) -> str:
+    """What each Sentinel says about the service, one clause per Sentinel, and what to check.
+
+    redis-py's own error lists the failures but not a Sentinel that answered
+    without knowing the service, which is the usual mistake (a typo in the name).
+    """
+    clauses = []
+    for host, port in address.sentinels:
+        probe = Redis(host, port, **_sentinel_options(address))
+        try:
+            masters: dict[str, dict[str, Any]] = probe.sentinel_masters()
+        except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError) as exc:
+            clauses.append(f"{host}:{port} did not answer ({exc})")
+            continue
+        finally:
+            probe.close()
+        state = masters.get(address.service)
+        if state is None:
+            clauses.append(f"{host}:{port} monitors no service named {address.service!r} "
+                           f"(it knows {', '.join(repr(name) for name in sorted(masters)) or 'none'})")
+        elif state.get("is_sdown") or state.get("is_odown") or not state.get("is_master"):
+            clauses.append(f"{host}:{port} sees its primary {state.get('ip')}:{state.get('port')} down "
+                           "(a failover may be under way)")
+        else:
+            clauses.append(f"{host}:{port} names primary {state.get('ip')}:{state.get('port')}")
+    return "; ".join(clauses) + ". Check the host:port list and the service name in the URL"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaAcks:
+    """``redis.min_replica_acks``: a write counts once this many replicas have it (``WAIT n timeout``).
+
+    WAIT waits for the earlier writes *of its own connection*, so :meth:`command`
+    goes in the same exchange as the write it confirms, and :meth:`check`
+    reads its reply. ``count`` 0 sends nothing and checks nothing.
+    """
+
+    count: int = 0
+    timeout_ms: int = 1000
+
+    @classmethod
+    def of(cls, config: RedisConfig) -> ReplicaAcks:
+        return cls(config.min_replica_acks, config.replica_ack_timeout_ms)
+
+    def commands(self) -> list[Command]:
+        """The WAIT to send after the write, or nothing when no acknowledgement is wanted."""
+        return [("WAIT", self.count, self.timeout_ms)] if self.count else []
+
+    def check(self, acked: int, what: str, *, outcome: str = "", request_id: str | None = None) -> None:
+        """Raise :class:`NotReplicated` when fewer than ``count`` replicas confirmed ``what``; ``outcome``
+        says what that means for the caller."""
+        if int(acked) >= self.count:
+            return
+        raise NotReplicated(f"{what} reached the primary, but only {int(acked)} of the {self.count} replicas "
+                            f"redis.min_replica_acks asks for confirmed it within {self.timeout_ms} ms "
+                            "(replica down or lagging, or a failover under way)" + (f", {outcome}" if outcome else ""),
+                            request_id=request_id)
+
+    def shortfall(self, acked: int, what: str) -> str | None:
+        """:meth:`check`'s message, or None: for writers that log it and go on (router, worker)."""
+        try:
+            self.check(acked, what)
+        except NotReplicated as exc:
+            return exc.message
+        return None
 
 
 _RELEASE_LOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"

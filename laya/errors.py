@@ -16,7 +16,8 @@
     ├── GGUFError .............. a file is not a readable GGUF model
     │   └── UnplannableModel ... a readable GGUF the planner cannot size (no attention heads, ...)
     ├── ServerError ............ the Redis/Valkey server could not be reached or started
-    │   └── ConnectionLost ..... the server stopped answering during a producer's call
+    │   ├── ConnectionLost ..... the server stopped answering during a producer's call
+    │   └── NotReplicated ...... fewer replicas than redis.min_replica_acks confirmed a write
     └── FileAccessError ........ a file named on the command line cannot be read or written
 
 Every :class:`RequestError` and :class:`InferenceError` carries a stable ``code``
@@ -39,6 +40,7 @@ __all__ = [
     "InvalidRequest",
     "LayaError",
     "ModelLoadError",
+    "NotReplicated",
     "Overloaded",
     "RequestError",
     "ServerError",
@@ -150,3 +152,18 @@ class FileAccessError(LayaError):
     """A file the user named cannot be read or written; the message gives its path and the OS's reason."""
 
     code = "file_access"
+
+
+class NotReplicated(ServerError):
+    """The primary took a write, but fewer replicas than ``redis.min_replica_acks`` confirmed it in time.
+
+    For a producer this means *not accepted*: a failover now could lose the
+    request. It may still be answered (the primary has it), so resubmitting
+    it with the same ``id`` is safe: one request id gets one result.
+    """
+
+    code = "not_replicated"
+
+    def __init__(self, message: str, *, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id

@@ -5,16 +5,25 @@ result for an id wins atomically: a duplicate delivery after a crash can never
 give a producer a second, different answer. The script also pushes the result
 onto the waiter's list (``done:<id>``, or the producer's shared ``reply:<channel>``),
 which is what a blocked producer wakes on.
+
+With ``redis.min_replica_acks`` each write is followed, on the same connection
+and in the same exchange, by ``WAIT n timeout``. A write the replicas did not
+confirm in time is already on the primary and cannot be taken back; its
+writer logs the shortfall and goes on. Should the primary then die, the
+request comes back (its stream entry or job was not acknowledged either), and
+a rerun gives the same answer because results are written once per id.
 """
 
 from __future__ import annotations
 
+import logging
 from hashlib import sha1
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import NoScriptError
 
 from laya.codec import decode_result, encode_result
+from laya.connection import ReplicaAcks
 from laya.keys import Keys
 from laya.schema import Result
 from laya.wire import Wire
@@ -24,6 +33,8 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
 __all__ = ["ResultStore"]
+
+log = logging.getLogger("laya.results")
 
 # KEYS[1]: the ingress stream ("" when nothing is acknowledged); KEYS[2..]: (result key, wake-up list) pairs.
 # ARGV[1]: ttl seconds; ARGV[2]: consumer group; ARGV[3]: n, the number of stream entries to acknowledge;
@@ -58,10 +69,11 @@ Answer = tuple[str, bytes, str | None]
 
 
 class ResultStore:
-    def __init__(self, redis: Redis, keys: Keys, *, ttl_s: int) -> None:
+    def __init__(self, redis: Redis, keys: Keys, *, ttl_s: int, acks: ReplicaAcks | None = None) -> None:
         self.redis = redis
         self.keys = keys
         self.ttl_s = ttl_s
+        self.acks = acks or ReplicaAcks()
 
     def wake_key(self, request_id: str, reply_to: str | None) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.done(request_id)
@@ -90,11 +102,56 @@ class ResultStore:
         On ``wire`` when given; otherwise through redis-py, whose retries ride
         out a dropped connection (the script is safe to run twice).
         """
+        if self.acks.count:
+            return self._run_acked(keys, args, wire)
         call = wire.call if wire is not None else self.redis.execute_command
         try:
             return int(call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
         except NoScriptError:
             return int(call("EVAL", _COMMIT, len(keys), *keys, *args))
+
+    def _run_acked(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> int:
+        """:meth:`_run` followed by WAIT on the same connection; a shortfall is logged (module docstring)."""
+        for script in (("EVALSHA", _COMMIT_SHA), ("EVAL", _COMMIT)):
+            commands = [(*script, len(keys), *keys, *args), *self.acks.commands()]
+            try:
+                if wire is not None:
+                    with wire.exchange(commands) as replies:
+                        written, acked = replies.next(), replies.next()
+                else:
+                    with self.redis.pipeline(transaction=False) as pipe:
+                        for command in commands:
+                            pipe.execute_command(*command)
+                        written, acked = pipe.execute()
+            except NoScriptError:
+                continue
+            if int(written) and (shortfall := self.acks.shortfall(acked, f"a write of {int(written)} result(s)")):
+                log.warning("%s; a failover now could lose them (their requests would be answered again)",
+                            shortfall)
+            return int(written)
+        raise AssertionError("unreachable: EVAL does not raise NoScriptError")
+
+    def execute(self, pipe: Pipeline, *, wire: Wire) -> list[Any]:
+        """Run ``pipe``, a MULTI built with :meth:`queue_commit`; its replies.
+
+        With replica acks the transaction goes out on ``wire`` followed by WAIT
+        (redis-py's pipeline would give its connection back before a WAIT could
+        follow it on that connection); the replies are then raw, as on any wire.
+        """
+        if not self.acks.count:
+            return list(pipe.execute())
+        stack = [args for args, _options in pipe.command_stack]
+        with wire.exchange([("MULTI",), *stack, ("EXEC",), *self.acks.commands()]) as replies:
+            for _ in range(len(stack) + 1):
+                replies.next()  # OK, then QUEUED each; a command refused here makes EXEC fail (EXECABORT)
+            executed, acked = replies.next(), replies.next()
+        pipe.reset()
+        failed = next((reply for reply in executed if isinstance(reply, Exception)), None)
+        if failed is not None:
+            raise failed
+        if shortfall := self.acks.shortfall(acked, f"a commit of {len(stack)} commands"):
+            log.warning("%s; a failover now could lose it (its entries would be routed again)", shortfall)
+        return list(executed)
 
     def queue_commit(self, pipe: Pipeline, answers: list[Answer], *, group: str, entry_ids: list[str]) -> None:
         """The same as :meth:`commit`, added to ``pipe`` (a MULTI that also enqueues RQ jobs).

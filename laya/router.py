@@ -51,6 +51,7 @@ from rq import Queue, Retry
 from laya.cache import LocalCache, cache_key
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.config import Settings
+from laya.connection import ReplicaAcks
 from laya.embedder import semantic_embedder
 from laya.errors import Expired, LayaError, RequestError
 from laya.intents import IntentIndex, IntentStage
@@ -336,7 +337,7 @@ class Router:
         self.keys = Keys(settings.redis.prefix)
         cfg = settings.router
         self.consumer = consumer or f"{socket.gethostname()}-{id(self):x}"
-        self.results = ResultStore(redis, self.keys, ttl_s=cfg.result_ttl_s)
+        self.results = ResultStore(redis, self.keys, ttl_s=cfg.result_ttl_s, acks=ReplicaAcks.of(settings.redis))
         # Connections held for the read → route → commit loop (laya.wire says why). Reads run on this
         # thread; a commit runs here or on the commit thread, one at a time, while the next read goes on.
         self._reads = Wire(redis, held=True)
@@ -551,7 +552,7 @@ class Router:
                 ring(pipe, self.keys.bell(lane[0]), len(datas))
             for lane in by_queue:
                 pipe.llen(self.queues[lane].key)
-            replies = pipe.execute()
+            replies = self.results.execute(pipe, wire=self._commits)
         return dict(zip(by_queue, (int(n) for n in replies[-len(by_queue):]))) if by_queue else {}
 
     def _job_data(self, flight: Flight, now: float) -> Any:

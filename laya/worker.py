@@ -31,7 +31,7 @@ from rq.job import Job, JobStatus
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
-from laya.connection import renew_lock
+from laya.connection import ReplicaAcks, renew_lock
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError, UnplannableModel
 from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
@@ -113,7 +113,8 @@ class LayaWorker(SimpleWorker):
         self._current: tuple[Job, Any] | None = None
         self._last_beat = 0.0
         self._lost_lock: str | None = None
-        self.results = ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s)
+        self.results = ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s,
+                                   acks=ReplicaAcks.of(settings.redis))
         install_runtime(WorkerRuntime(
             backend=backend,
             results=self.results,

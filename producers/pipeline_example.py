@@ -30,7 +30,7 @@ TICKETS = [
 ]
 
 settings = load_settings()
-client = Client.from_url(settings.redis.effective_url, prefix=settings.redis.prefix)
+client = Client.from_settings(settings)
 channel = client.new_channel()
 ids = client.submit_many(
     ({"messages": [{"role": "system", "content": "Classify this support ticket in one word."},

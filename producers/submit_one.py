@@ -11,6 +11,6 @@ import sys
 from laya import Client, load_settings
 
 settings = load_settings()
-client = Client.from_url(settings.redis.effective_url, prefix=settings.redis.prefix)
+client = Client.from_settings(settings)
 result = client.ask(" ".join(sys.argv[1:]) or "hello", max_tokens=64, timeout=120)
 print(f"[{result.route}] {result.text if result.ok else result.error}")
