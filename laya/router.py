@@ -384,6 +384,18 @@ class Router:
                 raise
         self._refresh_depths(self.redis)
 
+    def _recreate_group(self) -> None:
+        """The server has no consumer group: a replica promoted before the group reached it, or the stream
+        was deleted. Recreated from the stream's start, the unread entries get routed; an entry answered
+        before is answered the same way again (results are written once per id)."""
+        log.warning("the ingress stream has no consumer group %r on this server (after a failover?); creating it",
+                    self.keys.router_group)
+        try:
+            self.ensure_group()
+        except (RedisConnectionError, RedisTimeoutError):
+            pass
+        time.sleep(0.2)  # a Sentinel that lags may keep naming a server without the group for a moment
+
     def _refresh_depths(self, redis: Redis) -> None:
         with redis.pipeline(transaction=False) as pipe:
             for queue in self.queues.values():
@@ -631,7 +643,10 @@ class Router:
                     self.ensure_group()
                 except (RedisConnectionError, RedisTimeoutError):
                     pass
-            except Exception:  # a bug: keep serving; the batch stays pending and is reclaimed
+            except Exception as exc:  # a bug: keep serving; the batch stays pending and is reclaimed
+                if isinstance(exc, ResponseError) and str(exc).startswith("NOGROUP"):
+                    self._recreate_group()
+                    continue
                 log.exception("batch failed; its entries will be reclaimed after %d ms",
                               self.settings.router.claim_idle_ms)
                 time.sleep(1)

@@ -10,7 +10,8 @@ and its answer, so they send them here: raw replies (lists and bytes, as
 hiredis parses them), several commands in one write, replies read in order.
 
 A connection error is raised to the caller, with no retry: the connection is
-closed, and the next exchange reconnects.
+closed, and the next exchange reconnects (to the current primary, with a
+Sentinel URL).
 """
 
 from __future__ import annotations
@@ -75,6 +76,10 @@ class Wire:
             self._held = connection
         replies = Replies(connection, len(commands))
         try:
+            # Reconnect here, not in the send: a Sentinel-managed connection asks the Sentinels for the
+            # primary only in connect(), and the send would reconnect to the address it had (the dead
+            # primary, or a restarted one that is empty). A connected connection returns at once.
+            connection.connect()
             connection.send_packed_command(connection.pack_commands(commands))
             yield replies
         finally:
