@@ -18,7 +18,7 @@ from redis.connection import SSLConnection, UnixDomainSocketConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
+from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from laya.config import RedisConfig, Settings, redact_url
 from laya.errors import NotReplicated, ServerError
@@ -44,9 +44,30 @@ def open_redis(url: str) -> Redis:
     if is_sentinel_url(url):
         address = parse_sentinel_url(url)
         sentinels = Sentinel(address.sentinels, sentinel_kwargs=_sentinel_options(address))
-        client: Redis = sentinels.master_for(address.service, **options, **address.server_options)
+        connection_class = _PrimarySSLConnection if address.tls else _PrimaryConnection
+        client: Redis = sentinels.master_for(address.service, connection_class=connection_class, **options,
+                                             **address.server_options)
         return client
     return Redis.from_url(url, **options)
+
+
+class _PrimaryConnection(SentinelManagedConnection):
+    """A connection to the primary that asks the Sentinels where it is on *every* (re)connection.
+
+    redis-py's asks only when the pool hands the connection out; a command it
+    retries after the connection dropped reconnects to the address it had. After
+    a failover that is the dead primary, and once that server is restarted (still
+    a primary, empty, until the Sentinels turn it into a replica seconds later)
+    the retried writes would land there and vanish.
+    """
+
+    def _connect(self) -> Any:
+        self.host, self.port = self.connection_pool.get_master_address()
+        return super()._connect()  # type: ignore[no-untyped-call]
+
+
+class _PrimarySSLConnection(_PrimaryConnection, SSLConnection):
+    pass
 
 
 def _sentinel_options(address: SentinelURL) -> dict[str, Any]:
