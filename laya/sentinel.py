@@ -46,7 +46,7 @@ class SentinelURL:
         user = self.server_options.get("username")
         auth = (f"{quote(user or '')}:***@" if self.server_options.get("password")
                 else f"{quote(user)}@" if user else "")
-        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+        hosts = ",".join(f"[{host}]:{port}" if ":" in host else f"{host}:{port}" for host, port in self.sentinels)
         return f"{scheme}://{auth}{hosts}/{self.service}/{self.db}"
 
 

