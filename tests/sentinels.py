@@ -220,18 +220,19 @@ def _payload(rng: random.Random, i: int) -> dict[str, object]:
     return {"prompt": f"unique job {i} m", "max_tokens": 6, "cache": False}
 
 
-def run_failover(directory: Path, env: Mapping[str, str], *, acks: int, stall: bool = False, seed: int = 1,
-                 before_s: float = 2.0, after_s: float = 2.0, drain_s: float = 60.0) -> FailoverReport:
+def run_failover(directory: Path, env: Mapping[str, str], *, acks: int, stall: bool = False, replicas: int = 1,
+                 seed: int = 1, before_s: float = 2.0, after_s: float = 2.0, drain_s: float = 60.0) -> FailoverReport:
     """Load, SIGKILL the primary, let Sentinel promote the replica, bring the old primary back, check.
 
-    ``stall``: SIGSTOP the replica for 0.5 s before the kill, so the primary
-    accepts writes the replica never gets: the loss window of asynchronous
-    replication, made wide enough to see. ``env``: the environment of Laya's
+    ``stall``: SIGSTOP the replicas and cut their links 0.5 s before the kill,
+    so the primary accepts writes no replica gets: the loss window of
+    asynchronous replication (a replica lagging, its link broken), made wide
+    enough to see. ``env``: the environment of Laya's
     processes (model, routes); the Sentinel URL and ``acks`` are added here.
     """
     report = FailoverReport(acks=acks, stalled=stall)
     rng = random.Random(seed)
-    with sentinel_set(directory / "servers") as servers:
+    with sentinel_set(directory / "servers", replicas=replicas) as servers:
         laya_env = {**env, **FAST, "LAYA_REDIS_URL": servers.url, "LAYA_REDIS__MIN_REPLICA_ACKS": str(acks),
                     "LAYA_REDIS__REPLICA_ACK_TIMEOUT_MS": "300"}
         settings = load_settings(environ=laya_env)
@@ -286,18 +287,22 @@ def run_failover(directory: Path, env: Mapping[str, str], *, acks: int, stall: b
             loader.start()
             time.sleep(before_s)
             old = servers.primary()
-            replica = next(node for node in servers.nodes if node is not old)
+            others = [node for node in servers.nodes if node is not old]
             if stall:
-                replica.signal(signal.SIGSTOP)
+                for node in others:
+                    node.signal(signal.SIGSTOP)
+                with old.client() as probe:  # what the link already carried, a replica reads when resumed
+                    probe.client_kill_filter(_type="replica")
                 time.sleep(0.5)
             killed_at.append(time.time())
             old.kill()
             if stall:
-                replica.signal(signal.SIGCONT)
+                for node in others:
+                    node.signal(signal.SIGCONT)
             servers.wait_promoted(old)
             report.kill_to_promotion_s = time.time() - killed_at[0]
             old.start()  # comes back as a replica of the new primary once the Sentinels reconfigure it
-            servers.wait_healthy(1)
+            servers.wait_healthy(replicas)
             time.sleep(after_s)
             producing.set()
             loader.join()

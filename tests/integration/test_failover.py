@@ -35,7 +35,7 @@ def test_without_replicated_acceptance_the_stall_window_is_lost(tmp_path: Path, 
                                                                 routes_file: Path) -> None:
     """With min_replica_acks = 0 the primary's word is acceptance: what it took while the replica
     stalled is gone after the failover. The test measures it (bench/failover.py reports it)."""
-    report = run_failover(tmp_path, laya_env(tiny_model, routes_file), acks=0, stall=True)
+    report = run_failover(tmp_path, laya_env(tiny_model, routes_file), acks=0, stall=True, drain_s=20)
     print(f"\nacks=0 stall=True: {len(report.accepted)} accepted, {len(report.lost)} lost")
     assert report.kill_to_first_answer_s is not None
     assert report.lost, "nothing was lost although the primary died with writes the replica never had"
