@@ -63,9 +63,9 @@ def main() -> None:
                       flush=True)
             rows.append(((replicas, acks, stall), reports))
     lines = [f"# Failover: SIGKILL of the Sentinel-managed primary under load ({args.runs} runs per case)", "",
-             "| replicas | min_replica_acks | replicas stalled and cut off 0.5 s before the kill | accepted | refused "
-             "| **lost** (median / worst) | answered twice differently | kill → promoted (s) "
-             "| kill → first answer (s, median / worst) |",
+             ("| replicas | min_replica_acks | replicas stalled and cut off 0.5 s before the kill | accepted | refused "
+              "| **lost** (median / worst) | answered twice differently | kill → promoted (s) "
+              "| kill → first answer (s, median / worst) |"),
              "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     summary = []
     for (replicas, acks, stall), reports in rows:
@@ -80,10 +80,10 @@ def main() -> None:
             f"| {sum(len(r.conflicting) for r in reports)} "
             f"| {statistics.median(r.kill_to_promotion_s for r in reports):.1f} | {first_text} |")
         summary.append(f"r{replicas}/acks {acks}/{'stall' if stall else 'kill'}: lost {max(lost)} worst")
-    lines += ["", "With one replica and min_replica_acks = 1, nothing is accepted between the kill and the old "
-              "primary's return as a replica (the new primary has no replica to confirm): the first answer waits "
-              "for that (the Sentinels turn the restarted server into a replica up to 10 s after it is back). With "
-              "two replicas the promoted one still has a replica, and answers come as soon as the promotion."]
+    lines += ["", ("With one replica and min_replica_acks = 1, nothing is accepted between the kill and the old "
+                   "primary's return as a replica (the new primary has no replica to confirm): the first answer waits "
+                   "for that (the Sentinels turn the restarted server into a replica up to 10 s after it is back). "
+                   "With two replicas the promoted one still has a replica, and answers come as soon as the promotion.")]
     write_results("failover.md", lines, run="; ".join(summary))
 
 

@@ -43,13 +43,13 @@ from redis.typing import EncodableT, FieldT
 from laya.codec import FIELD, decode_result, encode_request
 from laya.config import Settings, error_message
 from laya.connection import ReplicaAcks, open_redis, server_url
-from laya.errors import ConnectionLost, InvalidRequest, NotReplicated
+from laya.errors import ConnectionLost, InvalidRequest
 from laya.keys import Keys
 from laya.results import ResultStore
 from laya.schema import Request, Result, new_request_id
 from laya.streaming import END, RESET, TEXT
 from laya.structured import check_schema
-from laya.wire import Wire
+from laya.wire import Command, Wire
 
 __all__ = ["Chunk", "Client", "make_request"]
 
@@ -97,7 +97,7 @@ class Client:
                 return request.id
             with self.redis.pipeline(transaction=False) as pipe:  # one connection: WAIT confirms this XADD
                 pipe.xadd(self.keys.ingress, _entry(request))
-                pipe.execute_command(*self.acks.commands()[0])
+                pipe.execute_command(*self.acks.commands()[0])  # type: ignore[no-untyped-call]
                 _, acked = pipe.execute()
         self._confirmed(acked, [request.id])
         return request.id
@@ -212,7 +212,7 @@ class Client:
         fails before the XADD's reply leaves it unknown whether the request was
         accepted, and its error says so.
         """
-        commands: list[tuple[EncodableT, ...]] = [("XADD", self.keys.ingress, "*", FIELD, _entry(request)[FIELD])]
+        commands: list[Command] = [("XADD", self.keys.ingress, "*", FIELD, _entry(request)[FIELD])]
         commands += self.acks.commands()
         if check_existing:
             commands.append(("GET", self.keys.result(request.id)))

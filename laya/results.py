@@ -121,7 +121,7 @@ class ResultStore:
                 else:
                     with self.redis.pipeline(transaction=False) as pipe:
                         for command in commands:
-                            pipe.execute_command(*command)
+                            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
                         written, acked = pipe.execute()
             except NoScriptError:
                 continue

@@ -81,7 +81,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     server = "rediss" if scheme == SCHEMES[1] else "redis"
     try:
         server_options = parse_url(f"{server}://{userinfo + '@' if userinfo else ''}sentinel/{db_text}"
-                                   + (f"?{urlencode(options)}" if options else ""))
+                                   + (f"?{urlencode(options)}" if options else ""))  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ValueError(f"has a bad option: {exc}") from None
     for key in ("host", "port", "connection_class"):
