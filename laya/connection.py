@@ -175,7 +175,8 @@ def sentinel_report(address: SentinelURL) -> str:
                            "(a failover may be under way)")
         else:
             clauses.append(f"{host}:{port} names primary {state.get('ip')}:{state.get('port')}")
-    return "; ".join(clauses) + ". Check the host:port list and the service name in the URL"
+    wrong = any(" did not answer " in clause or " monitors no service " in clause for clause in clauses)
+    return "; ".join(clauses) + (". Check the host:port list and the service name in the URL" if wrong else "")
 
 
 @dataclass(frozen=True, slots=True)
