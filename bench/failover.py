@@ -83,7 +83,8 @@ def main() -> None:
     lines += ["", ("With one replica and min_replica_acks = 1, nothing is accepted between the kill and the old "
                    "primary's return as a replica (the new primary has no replica to confirm): the first answer waits "
                    "for that (the Sentinels turn the restarted server into a replica up to 10 s after it is back). "
-                   "With two replicas the promoted one still has a replica, and answers come as soon as the promotion.")]
+                   "With two replicas the promoted one gets the other replica back as soon as the Sentinels repoint "
+                   "it, without waiting for the old primary.")]
     write_results("failover.md", lines, run="; ".join(summary))
 
 
