@@ -131,7 +131,8 @@ def main() -> None:
         cpu = statistics.median(c[0] for c in costs)
         calls = statistics.median(c[1] for c in costs)
         ceiling = 1e6 / cpu
-        routers = "— (bound by the GPUs)" if name == "model job" else f"{ceiling / router:.1f}"
+        # Only pipelined producers keep a router busy; `ask` producers wait a round trip per request.
+        routers = f"{ceiling / router:.1f}" if name.endswith("pipelined producer") else "—"
         lines.append(f"| {name} | {cpu:.1f} µs | {calls:.2f} | {ceiling:,.0f} | {routers} |")
         summary.append(f"{name}: {cpu:.1f} µs, ceiling {ceiling:,.0f}/s")
     write_results("redis_cost.md", lines, run=f"router {router:,.0f}/s; " + "; ".join(summary))
