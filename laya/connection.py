@@ -109,7 +109,7 @@ def unreachable(settings: Settings, exc: Exception) -> str:
     if isinstance(exc, MasterNotFoundError) and is_sentinel_url(settings.redis.effective_url):
         address = parse_sentinel_url(settings.redis.effective_url)
         return (f"no primary for service {address.service!r} from the Sentinels at {address.describe()} "
-                f"(redis.url, from {settings.origin('redis.url')}): {sentinel_report(address)}")
+                f"(redis.url, from {settings.origin('redis.url')}): {_sentinel_report(address)}")
     cause = exc.__cause__ or exc.__context__
     reason = ((cause.strerror or str(cause)) if isinstance(cause, OSError) else str(exc)).rstrip(".")
     if reason[1:2].islower():  # "Connection refused" reads as part of the sentence
@@ -150,19 +150,21 @@ def _auth(kwargs: dict[str, Any]) -> str:
     return f"{user}:***@" if kwargs.get("password") else f"{user}@" if user else ""
 
 
-def sentinel_report(address: SentinelURL) -> str:
+def _sentinel_report(address: SentinelURL) -> str:
     """What each Sentinel says about the service, one clause per Sentinel, and what to check.
 
     redis-py's own error lists the failures but not a Sentinel that answered
     without knowing the service, which is the usual mistake (a typo in the name).
     """
     clauses = []
+    wrong = False  # an address or a name in the URL, rather than a failover under way
     for host, port in address.sentinels:
         probe = Redis(host, port, **_sentinel_options(address))
         try:
             masters: Any = probe.sentinel_masters()  # {service: state}
         except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError) as exc:
             clauses.append(f"{host}:{port} did not answer ({exc})")
+            wrong = True
             continue
         finally:
             probe.close()
@@ -170,12 +172,12 @@ def sentinel_report(address: SentinelURL) -> str:
         if state is None:
             clauses.append(f"{host}:{port} monitors no service named {address.service!r} "
                            f"(it knows {', '.join(repr(name) for name in sorted(masters)) or 'none'})")
+            wrong = True
         elif state.get("is_sdown") or state.get("is_odown") or not state.get("is_master"):
             clauses.append(f"{host}:{port} sees its primary {state.get('ip')}:{state.get('port')} down "
                            "(a failover may be under way)")
         else:
             clauses.append(f"{host}:{port} names primary {state.get('ip')}:{state.get('port')}")
-    wrong = any(" did not answer " in clause or " monitors no service " in clause for clause in clauses)
     return "; ".join(clauses) + (". Check the host:port list and the service name in the URL" if wrong else "")
 
 
