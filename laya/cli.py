@@ -261,14 +261,37 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    from laya.batch import read_batch, run_batch
+    """Every line answered once; an interrupted or failed run says how to continue it, in one line."""
+    from laya.batch import Batch
 
+    settings = _settings(args)
     out = args.output or args.input.with_suffix(".out.jsonl")
-    batch = read_batch(args.input)  # a missing input is reported before Redis is needed
-    summary = run_batch(_client(_settings(args)), batch, out, window=args.window, timeout=args.timeout)
+    depth = settings.router.max_queue_depth
+    limit = args.window or depth
+    # The input is read and the results file opened before Redis is needed: a bad path is reported first.
+    batch = Batch(args.input, out, resume=args.resume, window=min(limit, max(1, depth // 4)), max_window=limit,
+                  timeout=args.timeout)
+    again = _resume_command(args.argv)
+    try:
+        summary = batch.run(_client(settings))
+    except KeyboardInterrupt:
+        print(f"laya batch: interrupted. {batch.summary.left(out, again)}", file=sys.stderr)
+        return 130
+    except LayaError as exc:
+        raise LayaError(f"{exc.message}. {batch.summary.left(out, again)}", code=exc.code) from exc
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}. {batch.summary.left(out, again)}") from exc
     print(summary.table())
     print(f"results: {out}")
-    return 0
+    return 1 if summary.failed else 0
+
+
+def _resume_command(argv: list[str]) -> str:
+    """The command line that was run, with ``--resume``: what continues it, typed as the user typed it."""
+    import shlex
+
+    program = [sys.executable, "-m", "laya"] if Path(sys.argv[0]).name == "__main__.py" else ["laya"]
+    return shlex.join(program + argv + ([] if "--resume" in argv else ["--resume"]))
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -313,6 +336,17 @@ def _log_level(value: str) -> str:
     if value.upper() not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(LOG_LEVELS)}")
     return value.upper()
+
+
+def _at_least_one(value: str) -> int:
+    """A count option, checked while parsing: argparse reports a bad one in its usual short error."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of 1 or more")
+    return number
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -393,10 +427,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="with --wait, give up after this long (default 300)")
     p.set_defaults(func=cmd_result)
-    p = sub.add_parser("batch", help="process a JSONL file of requests")
+    p = sub.add_parser("batch", help="process a JSONL file of requests; --resume continues an interrupted run")
     p.add_argument("input", type=Path, help="JSONL file: one request object, or a prompt string, per line")
-    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="results file (default: INPUT.out.jsonl)")
-    p.add_argument("--window", type=int, default=256, metavar="N", help="requests in flight at once (default 256)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="results file, one record per line, written "
+                                                                     "as results arrive (default: INPUT.out.jsonl)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted run: keep the records in the results file, collect the lines "
+                        "that were in flight, send only the rest")
+    p.add_argument("--window", type=_at_least_one, metavar="N",
+                   help="most requests in flight at once (default: router.max_queue_depth); the run starts at a "
+                        "quarter of router.max_queue_depth, grows while answers come and halves when the router "
+                        "refuses one as overloaded")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="give up after this long without progress (default 600)")
     p.set_defaults(func=cmd_batch)
@@ -424,6 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.func(args))

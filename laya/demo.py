@@ -11,11 +11,12 @@ rules answer, so what a newcomer sees can be reproduced with ``laya batch``.
 from __future__ import annotations
 
 import sys
+import uuid
 from pathlib import Path
 
 import orjson
 
-from laya.batch import run_batch
+from laya.batch import read_batch, run_batch
 from laya.client import Client
 from laya.config import Settings
 from laya.connection import connect
@@ -62,7 +63,10 @@ def run_demo(settings: Settings, state_dir: Path, *, config_path: str | None, n_
                               (2, "second pass, same requests: model answers now come from the cache")):
             out = state_dir / f"demo-results-{number}.jsonl"
             print(f"\n== {label}", flush=True)
-            summary = run_batch(client, sample, out, window=64, timeout=120)
+            # Ids of this pass's own: the same line of the same file is otherwise the same request, and the
+            # second pass would collect the first pass's answers instead of showing the cache.
+            this_pass = read_batch(sample, scope=f"demo {uuid.uuid4().hex} pass {number}")
+            summary = run_batch(client, this_pass, out, window=64, timeout=120)
             print(summary.table())
         print(f"\nresults: {out}")
         for line in out.read_bytes().splitlines()[:6]:

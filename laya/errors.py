@@ -18,7 +18,8 @@
     ├── ServerError ............ the Redis/Valkey server could not be reached or started
     │   ├── ConnectionLost ..... the server stopped answering during a producer's call
     │   └── NotReplicated ...... fewer replicas than redis.min_replica_acks confirmed a write
-    └── FileAccessError ........ a file named on the command line cannot be read or written
+    ├── FileAccessError ........ a file named on the command line cannot be read or written
+    └── ResumeError ............ a results file cannot continue this batch (another input's, or not one)
 
 Every :class:`RequestError` and :class:`InferenceError` carries a stable ``code``
 that ends up in the result record, so producers match on codes, never on text.
@@ -43,6 +44,7 @@ __all__ = [
     "NotReplicated",
     "Overloaded",
     "RequestError",
+    "ResumeError",
     "ServerError",
     "UnknownModel",
     "UnplannableModel",
@@ -167,3 +169,9 @@ class NotReplicated(ServerError):
     def __init__(self, message: str, *, request_id: str | None = None) -> None:
         super().__init__(message)
         self.request_id = request_id
+
+
+class ResumeError(LayaError):
+    """``laya batch --resume`` was pointed at a results file that does not belong to this input."""
+
+    code = "resume_mismatch"

@@ -29,11 +29,14 @@ from laya.codec import FIELD
 from laya.schema import REQUEST_ID_PATTERN, Result
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from redis import Redis
 
+    from laya.keys import Keys
     from laya.results import ResultStore
 
-__all__ = ["Whereabouts", "locate"]
+__all__ = ["Whereabouts", "locate", "unfinished"]
 
 _ID = re.compile(REQUEST_ID_PATTERN)
 _SCAN_CHUNK = 1000
@@ -69,6 +72,47 @@ def locate(redis: Redis, results: ResultStore, request_id: str) -> Result | Wher
                               "not queued or running, and has no result record (results are kept "
                               "router.result_ttl_s, a day by default); check the id, and that this command "
                               "uses the same server (config, LAYA_REDIS_URL) as the producer that sent it")
+
+
+_UNFINISHED = frozenset({JobStatus.QUEUED, JobStatus.STARTED, JobStatus.SCHEDULED, JobStatus.DEFERRED,
+                         JobStatus.CREATED})
+"""Job states from which the request will still be answered (queued, running, waiting for a retry)."""
+
+
+def unfinished(redis: Redis, keys: Keys, request_ids: Collection[str]) -> set[str]:
+    """Those of ``request_ids`` on their way: waiting in the ingress stream, or with a job that will still run.
+
+    The bulk form of :func:`locate` for a producer about to send many requests
+    again (``laya batch --resume``): a request it finds here must be waited
+    for, never sent twice. It reads the stream before the jobs, as
+    :func:`locate` does, so a request moving from one to the other is seen at
+    its next stop; one that moves on from its job to its result after the read
+    is the caller's to find by reading results afterwards.
+    """
+    wanted = set(request_ids)
+    found = _ids_in_stream(redis, keys.ingress, wanted)
+    rest = [i for i in wanted - found if _ID.match(i)]
+    for start in range(0, len(rest), _SCAN_CHUNK):
+        chunk = rest[start:start + _SCAN_CHUNK]
+        for request_id, job in zip(chunk, Job.fetch_many(chunk, connection=redis, serializer="json")):
+            if job is not None and job.get_status(refresh=False) in _UNFINISHED:
+                found.add(request_id)
+    return found
+
+
+def _ids_in_stream(redis: Redis, stream: str, wanted: set[str]) -> set[str]:
+    """Which of ``wanted`` have an entry in the ingress stream (routed entries are deleted: a short scan)."""
+    found: set[str] = set()
+    start = "-"
+    while True:
+        entries: Any = redis.xrange(stream, min=start, max="+", count=_SCAN_CHUNK)
+        for _, fields in entries:
+            request_id = _id_of(fields.get(FIELD, b""))
+            if isinstance(request_id, str) and request_id in wanted:
+                found.add(request_id)
+        if len(entries) < _SCAN_CHUNK:
+            return found
+        start = "(" + entries[-1][0].decode()
 
 
 def _in_stream(redis: Redis, stream: str, group: str, request_id: str) -> str | None:
