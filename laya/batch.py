@@ -216,8 +216,12 @@ class Batch:
         for request_id in moving:
             self._in_flight[request_id] = _Flight(by_id[request_id], 0)
         self.summary.collected, self.summary.adopted = len(answered), len(moving)
+        todo = deque(line for line in pending if line.id not in answered and line.id not in moving)
+        log.info("%d lines: %d already in %s, %d answered before this run, %d in flight from an earlier run "
+                 "(waited for), %d to send", self.input.lines, len(self.results.done), self.results.path,
+                 len(answered), len(moving), len(todo))
         records = [_record(by_id[i], result) for i, result in answered.items()]
-        return records, deque(line for line in pending if line.id not in answered and line.id not in moving)
+        return records, todo
 
     def _answers(self, request_ids: list[str]) -> dict[str, Result]:
         """The final results among ``request_ids``; refusals are forgotten, so those lines are sent again."""
