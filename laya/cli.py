@@ -270,7 +270,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     limit = args.window or depth
     # The input is read and the results file opened before Redis is needed: a bad path is reported first.
     batch = Batch(args.input, out, resume=args.resume, window=min(limit, max(1, depth // 4)), max_window=limit,
-                  timeout=args.timeout)
+                  timeout=args.timeout, defaults={"priority": args.priority})
     again = _resume_command(args.argv)
     try:
         summary = batch.run(_client(settings))
@@ -438,6 +438,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most requests in flight at once (default: router.max_queue_depth); the run starts at a "
                         "quarter of router.max_queue_depth, grows while answers come and halves when the router "
                         "refuses one as overloaded")
+    p.add_argument("--priority", choices=["high", "normal", "bulk"], default="bulk",
+                   help="queue lane of the lines that do not set their own 'priority' (default bulk: a batch "
+                        "never delays interactive requests)")
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="give up after this long without progress (default 600)")
     p.set_defaults(func=cmd_batch)

@@ -153,23 +153,48 @@ def test_an_interrupted_and_killed_batch_resumes_with_every_line_answered_once(
     assert [r.get("text") for r in records(tmp_path / "again.jsonl")] == [r.get("text") for r in got]
 
 
-def test_a_default_window_is_rarely_refused_and_every_line_is_answered(
-        redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
-    """The window starts at a quarter of the queue bound and backs off on refusals, so a run that could
-    overflow the queue many times over resubmits only a few of its lines."""
-    env = laya_env(redis_server, endless_model, routes_file, LAYA_ROUTER__MAX_QUEUE_DEPTH="8",
+def run_batch_against_bound(redis_server: Server, model: Path, routes: Path, tmp_path: Path, *, bound: int,
+                            told: int) -> tuple[subprocess.CompletedProcess[str], Path, int]:
+    """200 model lines through a router whose queue bound is ``bound``, by a batch whose config says ``told``.
+
+    Returns the finished batch, its results file and how many lines it resubmitted after overload."""
+    env = laya_env(redis_server, model, routes, LAYA_ROUTER__MAX_QUEUE_DEPTH=str(bound),
                    LAYA_ROUTER__RETRY_AFTER_S="0.2")
     procs = [start_laya("router", env), start_laya("worker", env)]
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     source.write_bytes(b"".join(b'{"prompt": "Tell story %d", "max_tokens": 60, "cache": false}\n' % i
                                 for i in range(200)))
     try:
-        done = subprocess.run([sys.executable, "-m", "laya", "batch", str(source), "-o", str(out)], env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run([sys.executable, "-m", "laya", "batch", str(source), "-o", str(out)],
+                              env={**env, "LAYA_ROUTER__MAX_QUEUE_DEPTH": str(told)}, capture_output=True,
+                              text=True, timeout=300, check=False)
     finally:
         stop_laya(*procs)
     assert done.returncode == 0, done.stderr
     assert [r["route"] for r in records(out)] == ["model:default"] * 200
-    resubmitted = int(re.search(r"; (\d+) resubmitted after overload", done.stdout)[1])  # type: ignore[index]
+    found = re.search(r"; (\d+) resubmitted after overload", done.stdout)
+    assert found is not None, done.stdout
+    return done, out, int(found[1])
+
+
+def test_a_default_window_is_rarely_refused_and_every_line_is_answered(
+        redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    """The window starts at a quarter of the queue bound and grows only up to it, so a run that could
+    overflow the queue many times over resubmits few of its lines."""
+    done, _, resubmitted = run_batch_against_bound(redis_server, endless_model, routes_file, tmp_path, bound=8,
+                                                   told=8)
     assert resubmitted <= 10, done.stdout  # 5 %
+    assert sent(redis) == 200 + resubmitted
+
+
+def test_a_window_too_big_for_the_router_backs_off(
+        redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    """A batch configured for a bound of 256 against a router that admits 8: refusals halve its window and
+    hold its sends for the retry-after, so it settles near what the router admits instead of resending
+    most of its lines round after round."""
+    done, _, resubmitted = run_batch_against_bound(redis_server, endless_model, routes_file, tmp_path, bound=8,
+                                                   told=256)
+    # Halving from 64 refuses under 64 + 32 + 16 + 8 lines on the way down, then about one per regrowth;
+    # a window that does not back off resends thousands.
+    assert 0 < resubmitted <= 150, done.stdout
     assert sent(redis) == 200 + resubmitted

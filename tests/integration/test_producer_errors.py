@@ -173,7 +173,7 @@ def test_batch_with_an_unwritable_output_says_so_before_sending_anything(redis: 
 
 def test_batch_replaces_an_existing_output_file(redis: Redis, redis_server: Server, tiny_model: Path,
                                                 routes_file: Path, tmp_path: Path) -> None:
-    """The output is opened before sending (to fail early) but rewritten only when every result is in."""
+    """The output is opened before sending (to fail early) and, without --resume, started afresh."""
     requests = tmp_path / "in.jsonl"
     requests.write_text('"hello"\n{"prompt": "hi"}\nnot json\n')
     out = tmp_path / "out.jsonl"
@@ -185,7 +185,8 @@ def test_batch_replaces_an_existing_output_file(redis: Redis, redis_server: Serv
         done = laya("batch", str(requests), "-o", str(out), url=redis_server.url)
     finally:
         stop_laya(router)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # a line failed: said after the summary
+    assert "1 lines failed" in done.stdout
     records = [orjson.loads(line) for line in out.read_text().splitlines()]
     assert [(r["line"], r["route"]) for r in records] == [(1, "rule:greeting"), (2, "rule:greeting"),
                                                            (3, "error:invalid_json")]
