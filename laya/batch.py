@@ -37,9 +37,13 @@ from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 from laya.batchfile import BatchInput, Line, ResultsFile, read_batch
 from laya.client import Client
-from laya.errors import FileAccessError
+from laya.connection import server_url
+from laya.errors import ConnectionLost, FileAccessError
 from laya.lookup import unfinished
 from laya.schema import Result
 
@@ -183,6 +187,10 @@ class Batch:
             for record in [*(r for n, r in self.input.rejected.items() if n not in self.results.done), *collected]:
                 self._write(record, bar)
             self._loop(todo, bar)
+        except (RedisConnectionError, RedisTimeoutError) as exc:  # from calls made outside the Client's methods
+            url = server_url(client.redis)
+            raise ConnectionLost(f"connection to {url} failed while running the batch ({exc}); is `laya up` "
+                                 "(or your Redis server) still running?", url=url) from exc
         finally:
             bar.close()
             self.summary.seconds = time.monotonic() - started
@@ -193,7 +201,10 @@ class Batch:
             self.results.rewrite_in_order()
         except FileAccessError as exc:  # every record is there, only in arrival order
             log.warning("results left in arrival order: %s", exc.message)
-        client.redis.delete(client.keys.reply(self.channel))
+        try:
+            client.redis.delete(client.keys.reply(self.channel))
+        except (RedisConnectionError, RedisTimeoutError):  # every line is answered; the channel expires anyway
+            log.warning("could not delete the reply channel %s; it expires with the results", self.channel)
         records = self.results.done.values()
         self.summary.routes = Counter(str(r.get("route")) for r in records)
         self.summary.failed = sum(1 for r in records if not r.get("ok"))
@@ -217,7 +228,8 @@ class Batch:
             self._in_flight[request_id] = _Flight(by_id[request_id], 0)
         self.summary.collected, self.summary.adopted = len(answered), len(moving)
         todo = deque(line for line in pending if line.id not in answered and line.id not in moving)
-        log.info("%d lines: %d already in %s, %d answered before this run, %d in flight from an earlier run "
+        earlier = len(self.results.done) + len(answered) + len(moving)
+        log.log(logging.INFO if earlier else logging.DEBUG, "%d lines: %d already in %s, %d answered before this run, %d in flight from an earlier run "
                  "(waited for), %d to send", self.input.lines, len(self.results.done), self.results.path,
                  len(answered), len(moving), len(todo))
         records = [_record(by_id[i], result) for i, result in answered.items()]

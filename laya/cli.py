@@ -278,12 +278,16 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(f"laya batch: interrupted. {batch.summary.left(out, again)}", file=sys.stderr)
         return 130
     except LayaError as exc:
-        raise LayaError(f"{exc.message}. {batch.summary.left(out, again)}", code=exc.code) from exc
+        raise LayaError(f"{_sentence(exc.message)} {batch.summary.left(out, again)}", code=exc.code) from exc
     except TimeoutError as exc:
-        raise TimeoutError(f"{exc}. {batch.summary.left(out, again)}") from exc
+        raise TimeoutError(f"{_sentence(str(exc))} {batch.summary.left(out, again)}") from exc
     print(summary.table())
     print(f"results: {out}")
     return 1 if summary.failed else 0
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith((".", "?", "!")) else text + "."
 
 
 def _resume_command(argv: list[str]) -> str:

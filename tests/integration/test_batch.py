@@ -198,3 +198,27 @@ def test_a_window_too_big_for_the_router_backs_off(
     # a window that does not back off resends thousands.
     assert 0 < resubmitted <= 150, done.stdout
     assert sent(redis) == 200 + resubmitted
+
+
+def test_a_batch_that_loses_its_server_says_so_in_one_line_with_the_command_that_continues_it(
+        tmp_path: Path) -> None:
+    server = Server(tmp_path / "valkey").start()
+    source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    source.write_bytes(b'"hello"\n' * 10)
+    watcher = server.client()
+    try:
+        run = subprocess.Popen([sys.executable, "-m", "laya", "batch", str(source), "-o", str(out)],
+                               env={**os.environ, "LAYA_REDIS_URL": server.url}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        # No router runs: the requests wait in the stream, and the batch on its reply channel.
+        wait_for(lambda: any(c.get("cmd") == "blpop" for c in watcher.client_list()), "the batch to wait")
+    finally:
+        watcher.close()
+        server.kill()
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 2
+    assert len(stderr.splitlines()) == 1, stderr
+    said = stderr.strip()
+    assert said.startswith(f"laya batch: connection to {server.url} failed while waiting for results"), said
+    assert said.endswith(f"0 of 10 lines are in {out}; its 10 requests in flight will still be answered and are "
+                         f"collected then. To continue: {sys.executable} -m laya batch {source} -o {out} --resume")
