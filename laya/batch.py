@@ -172,6 +172,8 @@ class Batch:
         self._refusals: dict[str, float | None] = {}
         """The refusals already acted on, by id and ``finished_at``: a second copy of one (read from its
         record and from the channel) must not count as the refusal of the line's next try."""
+        self.client: Client
+        """The client of the run in progress (:meth:`run`)."""
 
     # -- the run -------------------------------------------------------------
 
@@ -229,9 +231,10 @@ class Batch:
         self.summary.collected, self.summary.adopted = len(answered), len(moving)
         todo = deque(line for line in pending if line.id not in answered and line.id not in moving)
         earlier = len(self.results.done) + len(answered) + len(moving)
-        log.log(logging.INFO if earlier else logging.DEBUG, "%d lines: %d already in %s, %d answered before this run, %d in flight from an earlier run "
-                 "(waited for), %d to send", self.input.lines, len(self.results.done), self.results.path,
-                 len(answered), len(moving), len(todo))
+        log.log(logging.INFO if earlier else logging.DEBUG,
+                "%d lines: %d already in %s, %d answered before this run, %d in flight from an earlier run "
+                "(waited for), %d to send", self.input.lines, len(self.results.done), self.results.path,
+                len(answered), len(moving), len(todo))
         records = [_record(by_id[i], result) for i, result in answered.items()]
         return records, todo
 
@@ -241,17 +244,19 @@ class Batch:
         for start in range(0, len(request_ids), _CHUNK):
             chunk = request_ids[start:start + _CHUNK]
             for result in self.client.result_many(chunk):
-                if result is not None and not self._is_refusal(result):
+                if result is not None and result.route == OVERLOADED:
+                    self._forget_refusal(result)
+                elif result is not None:
                     found[result.id] = result
         return found
 
-    def _is_refusal(self, result: Result) -> bool:
-        """Whether ``result`` is a refusal; the first time one is seen, its record is deleted."""
-        if result.route != OVERLOADED:
+    def _forget_refusal(self, result: Result) -> bool:
+        """Delete the record of refusal ``result``, so its line can be sent again under its id; ``False`` for
+        a second copy of a refusal already acted on (read from its record and from the channel)."""
+        if self._refusals.get(result.id, -1.0) == result.finished_at:
             return False
-        if self._refusals.get(result.id, -1.0) != result.finished_at:
-            self._refusals[result.id] = result.finished_at
-            self.client.redis.delete(self.client.keys.result(result.id))
+        self._refusals[result.id] = result.finished_at
+        self.client.redis.delete(self.client.keys.result(result.id))
         return True
 
     def _loop(self, todo: deque[Line], bar: Any) -> None:
@@ -279,9 +284,8 @@ class Batch:
                 if flight is None:
                     continue
                 if result.route == OVERLOADED:
-                    if self._refusals.get(result.id, -1.0) == result.finished_at:
-                        continue  # a copy of a refusal already acted on
-                    self._is_refusal(result)
+                    if not self._forget_refusal(result):
+                        continue
                     del self._in_flight[result.id]
                     self.window.refused(flight.sequence)
                     self.summary.resubmitted += 1
