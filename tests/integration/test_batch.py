@@ -143,6 +143,7 @@ def test_an_interrupted_and_killed_batch_resumes_with_every_line_answered_once(
     jobs = Job.fetch_many(model_ids, connection=redis, serializer="json")
     runs = {job.id: len(job.results()) for job in jobs if job is not None}
     assert len(runs) == MODEL_LINES and set(runs.values()) == {1}, {k: v for k, v in runs.items() if v != 1}
+    assert {job.origin for job in jobs if job is not None} == {"laya:llm:default:bulk"}  # a batch's default lane
 
     # A new run of the same file asks nothing again: the same line of the same file is the same request.
     again = subprocess.run([*first[:-1], str(tmp_path / "again.jsonl")], env=env, capture_output=True, text=True,
