@@ -56,7 +56,8 @@ _PATTERN_HINTS = {
     "reply_to": "use 1-64 letters, digits, '.', '_' or '-'",
 }
 _FIELD_HINTS = {
-    "priority": "use one of \"high\", \"normal\", \"bulk\", or leave it out for normal",
+    "priority": ("use one of \"high\", \"normal\", \"bulk\", or leave it out for the default lane (normal; bulk "
+                 "in `laya batch`)"),
     "deadline_s": "give the seconds from submit after which the answer is no longer wanted (> 0, at most 7 days), "
                   "or leave it out",
     "response_format": "use {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"schema\": {...}}",
