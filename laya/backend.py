@@ -44,6 +44,8 @@ class Generation:
     ttft_s: float
     generation_s: float
     decode_tokens_per_s: float | None
+    cached_tokens: int = 0
+    """Prompt tokens the prompt cache already held (not evaluated again)."""
 
 
 OnToken = Callable[[int], None]
@@ -94,6 +96,8 @@ class LlamaBackend:
 
             extra_buffers = decide(model.cpu_extra_buffers, Machine(0, 0, cpu_flags=cpu_flags())).enabled
         self.extra_buffers = extra_buffers
+        self.cached_tokens = 0
+        """Prompt tokens the prompt cache held for the latest request (not evaluated again)."""
         kv = GGML_KV_TYPE[settings.memory.kv_cache_policy]
         self.name = model.name
         self.path = model.path
@@ -174,6 +178,7 @@ class LlamaBackend:
         count, finish = 0, "length"
         started = time.monotonic()
         first = last = started
+        self.cached_tokens = 0
         try:
             if self._evaluate_prompt(tokens, controls):
                 finish, budget = "deadline", 0
@@ -213,7 +218,8 @@ class LlamaBackend:
         pieces.finish(text)
         decode_rate = (count - 1) / (last - first) if count > 1 and last > first else None
         return Generation(text=text, finish_reason=finish, prompt_tokens=len(tokens), completion_tokens=count,
-                          ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate)
+                          ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate,
+                          cached_tokens=self.cached_tokens)
 
     def _evaluate_prompt(self, tokens: list[int], controls: Controls) -> bool:
         """Bring llama.cpp's cache to all but the last prompt token, one ``n_batch`` chunk at a time;
@@ -232,7 +238,7 @@ class LlamaBackend:
         if cached < llm.n_tokens and not llama_cpp.llama_memory_seq_rm(
                 llama_cpp.llama_get_memory(llm.ctx), 0, cached, -1):
             cached = 0  # eval() then clears the whole sequence, which every kind of memory allows
-        llm.n_tokens = cached
+        llm.n_tokens = self.cached_tokens = cached
         for start in range(cached, len(tokens) - 1, llm.n_batch):
             clock = time.monotonic()
             if controls.cut_at is not None and clock > controls.cut_at:

@@ -10,6 +10,11 @@ Redis read for the batch's LRU misses, which the router makes once per batch
 (one MGET) and which here returns nothing without a round trip; the round trips
 are what ``bench/router_latency.py`` and ``bench/router_throughput.py`` measure.
 
+With ``metrics=True`` it also times, in the same run and interleaved block by
+block with the plain decision, the decision plus what Prometheus metrics add per
+request in the router (one histogram bucket, :mod:`laya.metrics`), and, for
+comparison, the same bookkeeping done with prometheus_client's own objects.
+
 Two baselines run in the same process on the same requests:
 
 * **naive** — every rule as a regex, tried one by one in rank order (what a
@@ -112,11 +117,14 @@ class RoutingBench:
     laya: dict[str, float]
     naive: dict[str, float]
     seed_method: dict[str, float]
+    metrics: dict[str, dict[str, float]] | None = None
+    """With metrics measured: ``off``, ``on`` (Laya's metrics) and ``client`` (prometheus_client objects)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"rules": self.rules, "cache_entries": self.cache_entries, "requests": self.requests,
                 "laya_us": self.laya, "naive_regex_loop_us": self.naive, "seed_method_us": self.seed_method,
-                "speedup_vs_naive_p50": round(self.naive["p50"] / self.laya["p50"], 1)}
+                "speedup_vs_naive_p50": round(self.naive["p50"] / self.laya["p50"], 1),
+                **({"metrics_us": self.metrics} if self.metrics else {})}
 
     def table(self) -> str:
         rows = [(f"routing decision: {self.rules} rules, {self.cache_entries:,} cached answers, "
@@ -130,6 +138,15 @@ class RoutingBench:
         rows += ["", ("seed method (500 requests, medians): decode only "
                       f"{seed['decode_only_p50']:.2f} µs, decode + route {seed['decode_and_route_p50']:.2f} µs, "
                       f"routing cost {seed['routing_cost_p50']:.2f} µs (the seed reported 300 µs)")]
+        if self.metrics:
+            off = self.metrics["off"]
+            rows += ["", "with Prometheus metrics (blocks of 1,000 requests, interleaved)",
+                     f"{'decision':<34}{'p50 µs':>9}{'p99 µs':>9}{'p99.9 µs':>10}{'mean µs':>9}{'p50 added':>13}"]
+            for name, label in (("off", "metrics off"), ("on", "metrics on (Laya's buckets)"),
+                                ("client", "prometheus_client per request")):
+                figures = self.metrics[name]
+                rows.append(f"{label:<34}{figures['p50']:>9.2f}{figures['p99']:>9.2f}{figures['p999']:>10.2f}"
+                            f"{figures['mean']:>9.2f}{figures['p50'] - off['p50']:>+11.2f}µs")
         return "\n".join(rows)
 
 
@@ -162,7 +179,7 @@ class _NoRedis:
 
 
 def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, requests: int = 20_000,
-                      seed: int = 7) -> RoutingBench:
+                      seed: int = 7, *, metrics: bool = False) -> RoutingBench:
     from redis import Redis
 
     from laya.config import Settings
@@ -213,7 +230,49 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     d50, r50 = statistics.median(decode_only) / 1000, statistics.median(decode_route) / 1000
     return RoutingBench(n_rules, cache_entries, requests, laya, naive_figures,
                         {"decode_only_p50": round(d50, 2), "decode_and_route_p50": round(r50, 2),
-                         "routing_cost_p50": round(r50 - d50, 2)})
+                         "routing_cost_p50": round(r50 - d50, 2)},
+                        _metrics_figures(requests_in, laya_decide) if metrics else None)
+
+
+def _metrics_figures(requests: list[Request], decide: Callable[[Request], object]) -> dict[str, dict[str, float]]:
+    """The decision without metrics, with Laya's, and with prometheus_client's objects, block by block.
+
+    Per request the router adds one bucket to its decision histogram
+    (:meth:`laya.metrics.RouterMetrics.routed`); counting the route is done
+    whether metrics are on or not (``laya stats`` needs it), and the per-batch
+    figures are a few additions per 256 requests. Interleaving the blocks keeps
+    a change in the shared machine's load from falling on one side only.
+    """
+    from prometheus_client import CollectorRegistry, Histogram
+    from prometheus_client import Counter as PromCounter
+
+    from laya.metrics import RouterMetrics
+
+    clock = time.perf_counter_ns
+    ours = RouterMetrics()
+    registry = CollectorRegistry()
+    counter = PromCounter("bench_requests", "requests", ["route", "model"], registry=registry)
+    histogram = Histogram("bench_decision_seconds", "decision", registry=registry)
+
+    def with_ours(request: Request) -> object:
+        start = clock()
+        route = decide(request)
+        ours.decision.add(clock() - start)
+        return route
+
+    def with_client(request: Request) -> object:
+        start = clock()
+        route = decide(request)
+        histogram.observe((clock() - start) / 1e9)
+        counter.labels(str(route).partition(":")[0], "").inc()
+        return route
+
+    samples: dict[str, list[int]] = {"off": [], "on": [], "client": []}
+    for first in range(0, len(requests), 1000):
+        block = requests[first:first + 1000]
+        for name, run in (("off", decide), ("on", with_ours), ("client", with_client)):
+            samples[name] += _timed(block, run)
+    return {name: _summary(values) for name, values in samples.items()}
 
 
 INTENT_VERBS = ["cancel", "refund", "track", "change", "reset", "book", "order", "return", "upgrade", "delete",

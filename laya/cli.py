@@ -299,20 +299,57 @@ def _resume_command(argv: list[str]) -> str:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from laya.keys import Keys
+    import time
+
+    from laya.stats import render, snapshot
 
     settings = _settings(args)
-    client = _client(settings)
-    keys = Keys(settings.redis.prefix)
-    rows: dict[str, Any] = {k.decode(): v.decode() for k, v in sorted(client.redis.hgetall(keys.router_stats).items())}
-    for name, value in sorted(client.redis.hgetall(keys.worker_stats).items()):
-        rows[f"worker:{name.decode()}"] = orjson.loads(value)
-    if args.json:
-        print(orjson.dumps(rows).decode())
+    redis = _client(settings).redis
+    while True:
+        snap = snapshot(redis, settings)
+        if args.json:
+            print(orjson.dumps(snap).decode(), flush=True)
+        elif args.watch:
+            # Home, draw, clear what is left of the previous frame: no flicker, as `watch` does.
+            print(f"\x1b[H{render(snap)}\n\n(every {args.watch:g} s; Ctrl-C stops)\x1b[J", end="", flush=True)
+        else:
+            print(render(snap))
+        if not args.watch:
+            return 0
+        time.sleep(args.watch)
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    import socket
+
+    from laya.connection import connect
+    from laya.health import check_health
+
+    settings = _settings(args)
+    redis = connect(settings)
+    if args.role == "router":  # a router's container: Redis answers and a router reads
+        health = check_health(redis, settings, models=[])
+    elif args.role == "worker":  # a worker's container: its model's worker on this host beats
+        health = check_health(redis, settings, models=[settings.model.name], routers=False,
+                              host=socket.gethostname())
     else:
-        for key, value in rows.items():
-            print(f"{key:<32} {value}")
-    return 0
+        health = check_health(redis, settings, models=args.model or None)
+    if args.quiet and health.ok:
+        return 0
+    for line in health.lines():
+        print(line, file=sys.stdout if health.ok else sys.stderr)
+    return 0 if health.ok else 1
+
+
+def _interval(value: str) -> float:
+    """``--watch`` seconds, checked while parsing."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0.1 <= seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{value!r}: give 0.1 to 3600 seconds")
+    return seconds
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -464,9 +501,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=20_000, metavar="N", help="requests to route (default 20000)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_bench)
-    p = sub.add_parser("stats", help="router counters, latency percentiles and queue depths")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser("stats", help="routes, decision latency, queues and workers")
+    p.add_argument("--json", action="store_true", help="one JSON object (schema in the README); with --watch, "
+                                                       "one per line")
+    p.add_argument("--watch", type=_interval, nargs="?", const=2.0, metavar="SECONDS",
+                   help="refresh in place every SECONDS (default 2) until Ctrl-C")
     p.set_defaults(func=cmd_stats)
+    p = sub.add_parser("health", help="exit 0 when Redis answers, a router reads and each model's worker beats; "
+                                      "else 1 and the reason")
+    p.add_argument("--model", action="append", metavar="NAME",
+                   help="check only this model's workers (repeatable; default: every configured model)")
+    p.add_argument("--role", choices=["router", "worker"],
+                   help="check one process kind, for its container's healthcheck: router (Redis and a router "
+                        "reading) or worker (a worker of model.name on this host beating)")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing when healthy")
+    p.set_defaults(func=cmd_health)
     return parser
 
 

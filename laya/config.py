@@ -31,6 +31,7 @@ from laya.sentinel import is_sentinel_url, parse_sentinel_url
 
 __all__ = [
     "MemoryConfig",
+    "MetricsConfig",
     "ModelConfig",
     "RedisConfig",
     "RouterConfig",
@@ -244,6 +245,31 @@ class RouterConfig(BaseModel):
     )
 
 
+class MetricsConfig(BaseModel):
+    """Prometheus metrics: each router and worker process serves its own ``/metrics`` (see laya.metrics)."""
+
+    model_config = _STRICT
+
+    port: int = Field(9464, ge=0, le=65535, description="Base port of the /metrics endpoints; 0 turns metrics off.")
+    offset: int = Field(
+        0, ge=0, le=1000, description="Added to port, so several processes on one host each get a port of their "
+                                      "own (laya up: router 0, worker 1).")
+    bind: str = Field(
+        "127.0.0.1", min_length=1, max_length=255,
+        description="Address the endpoints listen on; 0.0.0.0 for a Prometheus on another host (containers).")
+
+    @model_validator(mode="after")
+    def _port_in_range(self) -> MetricsConfig:
+        if self.port and self.port + self.offset > 65535:
+            raise ValueError(f"port {self.port} + offset {self.offset} is past 65535; lower one of them")
+        return self
+
+    @property
+    def serve_port(self) -> int:
+        """The port this process serves, 0 when metrics are off."""
+        return self.port + self.offset if self.port else 0
+
+
 class Settings(BaseModel):
     """The whole configuration tree."""
 
@@ -259,6 +285,7 @@ class Settings(BaseModel):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     source: str = Field("<defaults>", exclude=True, description="Where this configuration came from.")
     _env: dict[str, str] = PrivateAttr(default_factory=dict)
     """``section.field`` → the environment variable that set it."""

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from laya.backend import LLMBackend
     from laya.keys import Keys
+    from laya.metrics import WorkerMetrics
     from laya.results import ResultStore
 
 __all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job",
@@ -73,6 +74,7 @@ class WorkerRuntime:
     stream_flush_ms: float = 20.0
     stream_max_chunks: int = 10_000
     semantic_log_max: int = 10_000
+    metrics: WorkerMetrics | None = None
 
 
 _runtime: WorkerRuntime | None = None
@@ -138,8 +140,8 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
 def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], started: float) -> dict[str, Any]:
     model = payload["model"]
     max_tokens = int(payload["max_tokens"])
-    timings = Timings(route_us=payload.get("route_us"),
-                      queue_wait_ms=max(0.0, (started - float(payload["routed_at"])) * 1000))
+    queue_wait_s = max(0.0, started - float(payload["routed_at"]))
+    timings = Timings(route_us=payload.get("route_us"), queue_wait_ms=queue_wait_s * 1000)
     expires_at = payload.get("expires_at")
     if expires_at is not None and started >= float(expires_at):
         error = Expired(f"deadline_s {request.deadline_s:g} passed {started - float(expires_at):.1f} s before a "
@@ -147,6 +149,9 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
                         "priority \"high\"")
         _finish(rt, request, error_result(request.id, error, timings=timings, model=model, metadata=request.metadata))
         log.info("request %s expired in the queue; not run", request.id)
+        if rt.metrics is not None:
+            rt.metrics.finished(outcome="expired", queue_wait_s=queue_wait_s, ttft_s=None, rate=None,
+                                prompt_tokens=0, cached_tokens=0, completion_tokens=0)
         return {"route": "error:expired"}
     stream = None
     if request.stream:
@@ -166,6 +171,9 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
         # A handled failure is an answer: the producer gets the error, the job finishes.
         result = error_result(request.id, exc, timings=timings, model=model, metadata=request.metadata)
         _finish(rt, request, result)
+        if rt.metrics is not None:
+            rt.metrics.finished(outcome=exc.code, queue_wait_s=queue_wait_s, ttft_s=None,
+                                rate=None, prompt_tokens=0, cached_tokens=0, completion_tokens=0)
         log.warning("request %s failed: %s", request.id, exc.code)
         return {"route": result.route}
     timings.ttft_ms = gen.ttft_s * 1000
@@ -199,6 +207,11 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
             record(rt.redis, rt.keys, scope=scope, prompt=request.prompt, answer=answer, ttl_s=rt.cache_ttl_s,
                    max_len=rt.semantic_log_max)
     _finish(rt, request, result, stream)
+    if rt.metrics is not None:
+        outcome = "ok" if result.ok or result.error is None else result.error.code
+        rt.metrics.finished(outcome=outcome, queue_wait_s=queue_wait_s, ttft_s=gen.ttft_s,
+                            rate=gen.decode_tokens_per_s, prompt_tokens=gen.prompt_tokens,
+                            cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens)
     return {"route": result.route, "completion_tokens": gen.completion_tokens}
 
 

@@ -34,8 +34,13 @@ class Keys:
 
     @property
     def worker_stats(self) -> str:
-        """Hash of per-worker figures (plan, memory, tokens/s), one field per worker."""
+        """Hash of each live worker's status (state, plan, memory, tokens/s, last beat), one field per worker."""
         return f"{self.prefix}:stats:worker"
+
+    @property
+    def worker_starts(self) -> str:
+        """Hash of how many worker processes started per model (the restarts metric)."""
+        return f"{self.prefix}:stats:worker_starts"
 
     def queue_name(self, model: str, lane: str = "normal") -> str:
         """RQ queue of a model's priority lane (high, normal, bulk); RQ stores it as ``rq:queue:<name>``."""

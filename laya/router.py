@@ -58,6 +58,7 @@ from laya.intents import IntentIndex, IntentStage
 from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
 from laya.lanes import ring
+from laya.metrics import RouterMetrics, new_registry, serve
 from laya.reaper import Reaper
 from laya.results import ResultStore
 from laya.rules import RuleSet, load_rules, why_no_rules
@@ -99,6 +100,9 @@ class Flight:
     """The answer as result-record JSON (the :class:`~laya.schema.Result` schema)."""
     enqueue: bool = False
     route_ns: int = 0
+    """From the batch read to this request's decision: its own decision plus the batch's wait."""
+    decide_ns: int = 0
+    """This request's own decision (hand-on, rules, cache look-up), as ``laya bench routing`` times it."""
     rule_matched: bool = False
     """A rule matched (even one that only chose the model): the intents stage leaves the request alone."""
     semantic_scope: str | None = None
@@ -146,6 +150,7 @@ class DecodeStage:
         self.default_max_tokens = default_max_tokens
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        clock = time.perf_counter_ns
         for flight in flights:
             try:
                 request = decode_request(flight.fields, self.limits)
@@ -153,7 +158,9 @@ class DecodeStage:
                 flight.request_id, flight.reply_to = salvage_identity(flight.fields, flight.entry_id)
                 flight.answer(**error_fields(exc))
                 continue
+            start = clock()
             self.accept(flight, request)
+            flight.decide_ns += clock() - start
 
     def accept(self, flight: Flight, request: Request) -> None:
         """Hand a decoded request on to the next stages (``laya bench routing`` starts here)."""
@@ -183,16 +190,19 @@ class CacheStage:
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
         misses: list[tuple[Flight, str]] = []
+        clock = time.perf_counter_ns
         for flight in flights:
             request = flight.request
             if not flight.open or request is None or not request.cache:
                 continue
+            start = clock()
             key = flight.cache_key = cache_key(request, flight.model, flight.max_tokens, flight.normalised)
             answer = self.local.get(key)
             if answer is not None:
                 self._answer(flight, answer)
             else:
                 misses.append((flight, key))
+            flight.decide_ns += clock() - start
         if not misses:
             return
         values = redis.mget([self.keys.cache(key) for _, key in misses])
@@ -224,21 +234,22 @@ class RulesStage:
 
     def run(self, flights: Sequence[Flight], redis: Redis) -> None:
         rules = self.rules  # one reference per batch: a reload swaps it between batches
+        clock = time.perf_counter_ns
         for flight in flights:
             if not flight.open or flight.request is None:
                 continue
+            start = clock()
             match = rules.match(flight.normalised)
-            if match is None:
-                continue
-            flight.rule_matched = True
-            spec = match.rule.spec
-            if spec.model is not None:
-                flight.model = spec.model
-                continue
-            if flight.request.response_format is not None:
-                continue  # a reply template is text, not the JSON asked for: the model answers
-            text = match.rule.render(prompt=flight.request.text, matched=match.matched, request_id=flight.request_id)
-            flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
+            if match is not None:
+                flight.rule_matched = True
+                spec = match.rule.spec
+                if spec.model is not None:
+                    flight.model = spec.model
+                elif flight.request.response_format is None:  # a template is text, not the JSON asked for
+                    text = match.rule.render(prompt=flight.request.text, matched=match.matched,
+                                             request_id=flight.request_id)
+                    flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
+            flight.decide_ns += clock() - start
 
 
 QueueId = tuple[str, str]
@@ -331,7 +342,7 @@ class Router:
     """
 
     def __init__(self, settings: Settings, redis: Redis, *, rules: RuleSet | None = None,
-                 consumer: str | None = None) -> None:
+                 consumer: str | None = None, metrics: RouterMetrics | None = None) -> None:
         self.settings = settings
         self.redis = redis
         self.keys = Keys(settings.redis.prefix)
@@ -367,6 +378,10 @@ class Router:
                              grace_s=settings.runtime.heartbeat_ttl_s)
         self._reap_due = 0.0
         self.latency = LatencyWindow()
+        """Each request's own decision time."""
+        self.batch_latency = LatencyWindow()
+        """From the batch read to each request's decision (its decision plus its wait in the batch)."""
+        self.metrics = metrics
         self._counts: Counter[str] = Counter()
         self._stats_due = 0.0
         self._claim_due = 0.0
@@ -457,9 +472,11 @@ class Router:
         which saves the hand-over to the commit thread when there is no next
         batch to overlap with.
         """
-        flights = [Flight(entry_id, fields, time.perf_counter_ns()) for entry_id, fields in entries]
+        started = time.perf_counter_ns()
+        flights = [Flight(entry_id, fields, started) for entry_id, fields in entries]
         for stage in self.stages:
             self._run_stage(stage, flights)
+        routed_ns = time.perf_counter_ns() - started
         try:
             self.flush()
         except BaseException:  # this batch is dropped too: it stays pending and comes back
@@ -471,7 +488,10 @@ class Router:
             self._pending = self._committer.submit(self.commit, flights)
         for flight in flights:  # after the commit, off the path between a submit and its answer
             self._counts[flight.route or f"model:{flight.model}"] += 1
-            self.latency.add(flight.route_ns)
+            self.latency.add(flight.decide_ns)
+            self.batch_latency.add(flight.route_ns)
+        if self.metrics is not None:
+            self.metrics.routed([f.decide_ns for f in flights], routed_ns, len(flights))
         return flights
 
     def _run_stage(self, stage: Stage, flights: list[Flight]) -> None:
@@ -512,6 +532,7 @@ class Router:
         """
         admitted = _admitted(flights)
         lengths: dict[QueueId, int] = {}
+        started = time.perf_counter_ns()
         try:
             lengths = self._write(flights, set())
         except (RedisConnectionError, RedisTimeoutError):
@@ -530,6 +551,8 @@ class Router:
                     self._write([flight], enqueued)
         finally:
             self.admission.committed(lengths, admitted)
+            if self.metrics is not None:
+                self.metrics.commit.add(time.perf_counter_ns() - started)
 
     def _write(self, flights: list[Flight], enqueued: set[str]) -> dict[QueueId, int]:
         """One atomic write of ``flights``; returns the model queue lengths when it enqueued jobs.
@@ -598,13 +621,23 @@ class Router:
         with self.redis.pipeline(transaction=False) as pipe:
             for route, n in counts.items():
                 pipe.hincrby(self.keys.router_stats, f"count:{route}", n)
-            for name, value in self.latency.summary().items():
+            for name, value in self.latency.summary("decision").items():
+                pipe.hset(self.keys.router_stats, name, value)
+            for name, value in self.batch_latency.summary("batch").items():
                 pipe.hset(self.keys.router_stats, name, value)
             for model, lane in self.queues:
                 pipe.hset(self.keys.router_stats, f"queue_depth:{model}:{lane}", self.admission.depth((model, lane)))
             pipe.hset(self.keys.router_stats, "rules", len(self.rules_stage.rules))
             pipe.hset(self.keys.router_stats, "updated_at", time.time())
-            pipe.execute()
+            if self.metrics is not None:
+                pipe.xinfo_groups(self.keys.ingress)
+            replies = pipe.execute(raise_on_error=False)  # XINFO fails where the stream was deleted
+        if self.metrics is not None:
+            groups = replies[-1] if isinstance(replies[-1], list) else []
+            group: dict[str, Any] = next((g for g in groups if _text(g.get("name")) == self.keys.router_group), {})
+            self.metrics.published(counts, queue_depth={queue: self.admission.depth(queue) for queue in self.queues},
+                                   backlog=int(group.get("lag") or 0), pending=int(group.get("pending") or 0),
+                                   rules=len(self.rules_stage.rules))
 
     def stop(self, *_: object) -> None:
         self._stopping = True
@@ -657,6 +690,10 @@ class Router:
         log.info("router %s stopped", self.consumer)
 
 
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _admitted(flights: list[Flight]) -> Counter[QueueId]:
     """How many of ``flights`` admission let into each model lane."""
     return Counter((f.model, f.lane) for f in flights if f.enqueue)
@@ -672,7 +709,13 @@ def _fail(flight: Flight, message: str) -> None:
 
 def run_router(settings: Settings, redis: Redis) -> None:
     """Entry point of ``laya router``: serve until SIGINT/SIGTERM; SIGHUP reloads rules."""
-    router = Router(settings, redis)
+    metrics = None
+    if settings.metrics.serve_port:
+        metrics = RouterMetrics()
+        registry = new_registry()
+        registry.register(metrics)
+        serve(registry, settings.metrics, "router")
+    router = Router(settings, redis, metrics=metrics)
     signal.signal(signal.SIGTERM, router.stop)
     signal.signal(signal.SIGINT, router.stop)
     signal.signal(signal.SIGHUP, lambda *_: router.reload_rules())

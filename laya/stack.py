@@ -290,7 +290,11 @@ class Stack:
         commands = {"router": [sys.executable, "-m", "laya", "router"]}
         for role, model in self.workers.items():
             commands[role] = [sys.executable, "-m", "laya", "worker", *(["--model", model] if several else [])]
-        self.supervisor = Supervisor(commands, env=env, policy=self.policy, on_death=self._on_death)
+        # One metrics port per process (laya.metrics): the router on port + offset, each worker on the next ones.
+        base = self.settings.metrics.offset
+        role_env = {role: {"LAYA_METRICS__OFFSET": str(base + 1 + i)} for i, role in enumerate(self.workers)}
+        self.supervisor = Supervisor(commands, env=env, policy=self.policy, on_death=self._on_death,
+                                     role_env=role_env)
         self.supervisor.start()
         return self
 
@@ -304,10 +308,13 @@ class Stack:
         signal.signal(signal.SIGTERM, request_stop)
 
     def wait_ready(self, timeout: float = 30.0) -> bool:
-        """Wait until every worker has registered with RQ (its model is loaded); False if asked to stop first."""
+        """Wait until every worker has registered with RQ (its model is loaded) and ``laya health`` passes for
+        this stack (Redis, a router reading, each worker beating); False if asked to stop first."""
         from rq import Worker
 
-        assert self.supervisor is not None
+        from laya.health import check_health
+
+        assert self.supervisor is not None and self._redis is not None
         host = socket.gethostname()
         deadline = time.monotonic() + timeout
         waiting = dict(self.workers)
@@ -322,7 +329,7 @@ class Stack:
                     own = f"laya-{model}-{host}-{pid}"
                     if any(name == own or name.startswith(f"{own}.") for name in names):
                         del waiting[role]
-            if not waiting:
+            if not waiting and check_health(self._redis, self.settings, models=list(self.workers.values())).ok:
                 return True
             time.sleep(0.1)
         raise ServerError(f"the worker(s) {', '.join(waiting.values())} did not come up within {timeout:g} s")

@@ -125,9 +125,12 @@ class Supervisor:
 
     def __init__(self, commands: Mapping[str, Sequence[str]], *, env: Mapping[str, str],
                  policy: RestartPolicy | None = None,
-                 on_death: Callable[[str, int], None] | None = None) -> None:
+                 on_death: Callable[[str, int], None] | None = None,
+                 role_env: Mapping[str, Mapping[str, str]] | None = None) -> None:
         self.children = {role: _Child(role, command) for role, command in commands.items()}
         self.env = dict(env)
+        self.role_env = {role: dict(extra) for role, extra in (role_env or {}).items()}
+        """Variables for one role only, on top of ``env`` (the worker's metrics port offset)."""
         self.policy = policy or RestartPolicy()
         self.on_death = on_death
         """Called with the role and pid of a child that died, or that :meth:`stop` had to kill."""
@@ -179,7 +182,8 @@ class Supervisor:
     def _spawn(self, child: _Child) -> None:
         orphaned = die_with_parent(ORPHAN_SIGNAL)
         # Own session: a Ctrl-C in the terminal goes to `laya up` alone, which stops children in order.
-        child.proc = subprocess.Popen(child.command, env=self.env, start_new_session=True,
+        child.proc = subprocess.Popen(child.command, env={**self.env, **self.role_env.get(child.role, {})},
+                                      start_new_session=True,
                                       preexec_fn=orphaned)  # noqa: PLW1509 - started from the only thread
         child.started_at = time.monotonic()
         log.info("laya %s started (pid %d)", child.role, child.proc.pid)

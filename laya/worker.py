@@ -19,10 +19,11 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
-import orjson
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
@@ -37,8 +38,10 @@ from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya
 from laya.keys import Keys
 from laya.lanes import LaneQueue
 from laya.machine import Machine, MiB, detect_machine
+from laya.metrics import WorkerMetrics, new_registry, serve
 from laya.modelfile import read_model_info
 from laya.planner import Plan, extra_buffers, make_plan, plan_input
+from laya.presence import Presence
 from laya.results import ResultStore
 from laya.schema import LANES
 
@@ -101,7 +104,7 @@ class LayaWorker(SimpleWorker):
     death_penalty_class = TokenLoopDeadline
 
     def __init__(self, queues: list[Queue], *, settings: Settings, backend: LLMBackend,
-                 connection: Redis, stop: _StopSignal, **kwargs: Any) -> None:
+                 connection: Redis, stop: _StopSignal, metrics: WorkerMetrics | None = None, **kwargs: Any) -> None:
         super().__init__(queues, connection=connection, serializer="json", **kwargs)
         lanes: type[Queue] = type("ModelLanes", (LaneQueue,), {"bell": Keys(settings.redis.prefix).bell(
             settings.model.name)})
@@ -115,6 +118,7 @@ class LayaWorker(SimpleWorker):
         self._lost_lock: str | None = None
         self.results = ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s,
                                    acks=ReplicaAcks.of(settings.redis))
+        self.metrics = metrics
         install_runtime(WorkerRuntime(
             backend=backend,
             results=self.results,
@@ -124,6 +128,7 @@ class LayaWorker(SimpleWorker):
             heartbeat=self.beat,
             worker_name=self.name,
             lock_ttl_s=settings.runtime.lock_ttl_s,
+            metrics=metrics,
             semantic_log_max=settings.router.semantic_cache_size,
             stream_flush_ms=settings.runtime.stream_flush_ms,
             stream_max_chunks=settings.runtime.stream_max_chunks,
@@ -198,10 +203,15 @@ class LayaWorker(SimpleWorker):
                 f"{sorted(ALLOWED_FUNCTIONS)}, without callbacks or dependencies"), execution=execution)
         else:
             self._current, self._last_beat = (job, execution), time.monotonic()
+            started = self._last_beat
+            if self.metrics is not None:
+                self.metrics.started(job.id, time.time())
             try:
                 self.perform_job(job, queue, execution)
             finally:
                 self._current = None
+                if self.metrics is not None:
+                    self.metrics.stopped(time.monotonic() - started)
         self.set_state("idle")
 
 
@@ -290,17 +300,21 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
     queues: list[Queue] = [LaneQueue(keys.queue_name(settings.model.name, lane), connection=redis, serializer="json")
                            for lane in LANES]
     name = f"laya-{settings.model.name}-{socket.gethostname()}-{os.getpid()}"
-    with _StopSignal() as stop:
+    registry = new_registry()
+    metrics = WorkerMetrics(registry, settings.model.name)
+    presence = Presence(redis, keys, settings, name=name, metrics=metrics, plan=plan, n_ctx=backend.n_ctx)
+    with _StopSignal() as stop, _present(presence):
         stop.install()
-        worked, attempt, stats_plan = False, 0, plan
+        serve(registry, settings.metrics, "worker")
+        worked, attempt, counted = False, 0, False
         while not stop.requested:
             worker = None
             try:
-                if stats_plan is not None:
-                    _write_worker_stats(redis, keys.worker_stats, name, settings, backend.n_ctx, stats_plan)
-                    stats_plan = None
+                if not counted:
+                    metrics.starts.inc(int(redis.hincrby(keys.worker_starts, settings.model.name, 1)))
+                    counted = True
                 # A fresh name for each loop: the previous one may not have unregistered.
-                worker = LayaWorker(queues, settings=settings, backend=backend, connection=redis, stop=stop,
+                worker = LayaWorker(queues, settings=settings, backend=backend, connection=redis, stop=stop, metrics=metrics,
                                     name=name if attempt == 0 else f"{name}.{attempt}")
                 attempt += 1
                 worked = worker.work(burst=burst, with_scheduler=False, logging_level="WARNING") or worked
@@ -318,11 +332,11 @@ def run_worker(settings: Settings, redis: Redis, *, burst: bool = False, force: 
         return worked
 
 
-def _write_worker_stats(redis: Redis, key: str, name: str, settings: Settings, n_ctx: int, plan: Plan) -> None:
-    """Planned vs resident memory, for ``laya stats``."""
-    redis.hset(key, name, orjson.dumps({
-        "model": settings.model.name, "verdict": plan.verdict, "n_ctx": n_ctx,
-        "ram_planned": plan.ram_predicted, "ram_resident": resident_bytes(),
-        "vram_planned": sum(d.total for d in plan.devices if d.device == "gpu"),
-        "cpu_extra_buffers": plan.extra_buffers.enabled,
-    }))
+@contextmanager
+def _present(presence: Presence) -> Iterator[None]:
+    """The worker beats in Redis from here on, and leaves the list when it stops."""
+    presence.start()
+    try:
+        yield
+    finally:
+        presence.stop()

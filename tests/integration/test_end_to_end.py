@@ -173,7 +173,7 @@ def test_sighup_reloads_rules_and_a_bad_file_keeps_the_old_ones(redis: Redis, re
         assert router.poll() is None
         stats = subprocess.run([str(BIN / "laya"), "stats", "--json"], capture_output=True, text=True, timeout=30,
                                env=laya_env(redis_server.url, tiny_model, routes), check=True).stdout
-        assert orjson.loads(stats)["rules"] == "1"
+        assert orjson.loads(stats)["router"]["rules"] == 1
     finally:
         stop_laya(router)
 

@@ -190,7 +190,17 @@ def test_stats_are_published_for_operators(settings: Settings, redis: Redis) -> 
     router.publish_stats()
     stats = redis.hgetall("laya:stats:router")
     assert stats[b"count:rule:greeting"] == b"1"
-    assert float(stats[b"route_us_p50"]) > 0
+    assert 0 < float(stats[b"decision_us_p50"]) <= float(stats[b"batch_us_p50"])
+
+
+def test_the_decision_time_is_the_requests_own_not_its_wait_in_the_batch(settings: Settings, redis: Redis) -> None:
+    router = make_router(settings, redis)
+    Client(redis).submit_many([{"prompt": "hello"}] * 200)
+    flights = router.handle(router.read_batch())
+    assert len(flights) == 200
+    last = flights[-1]
+    # The last request waited for the 199 before it in every stage; its own decision is one rule look-up.
+    assert 0 < last.decide_ns < last.route_ns / 10, (last.decide_ns, last.route_ns)
 
 
 def test_an_id_rq_would_refuse_and_an_id_sent_twice_cost_no_other_request(settings: Settings,

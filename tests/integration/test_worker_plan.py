@@ -58,11 +58,20 @@ def test_refusal_raises_unless_forced(tmp_path: Path, settings: Settings) -> Non
 
 
 def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) -> None:
-    from laya.worker import run_worker
+    from prometheus_client import CollectorRegistry
 
-    run_worker(settings, redis, burst=True)
+    from laya.keys import Keys
+    from laya.metrics import WorkerMetrics
+    from laya.presence import Presence
+
+    backend, plan = plan_and_load(settings)
+    presence = Presence(redis, Keys(), settings, name="w1", metrics=WorkerMetrics(CollectorRegistry(), "default"),
+                        plan=plan, n_ctx=backend.n_ctx)
+    presence.beat()
     stats = [orjson.loads(v) for v in redis.hgetall("laya:stats:worker").values()]
     assert stats and stats[0]["verdict"] == "fits" and stats[0]["ram_resident"] > 0 and stats[0]["ram_planned"] > 0
+    presence.stop()  # a worker that stops leaves the list
+    assert not redis.exists("laya:stats:worker")
 
 
 def test_a_model_the_planner_cannot_read_loads_only_when_forced(tmp_path: Path, settings: Settings,
