@@ -8,6 +8,7 @@ them and parses the text with prometheus_client's own parser.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -106,7 +107,8 @@ def test_counters_move_exactly_as_the_requests_sent_say(redis: Redis, stack: Any
                  - value(before["router"], "laya_router_decision_seconds_count"))
     assert decisions == 9  # one per request, the two bad ones included
     assert value(after, "laya_router_rules") == 4
-    assert value(after, "laya_queue_depth", model="default", lane="") == 0
+    assert ("laya_queue_depth", frozenset({("model", "default"), ("lane", "bulk")})) in after
+    assert value(after, "laya_queue_depth", model="default", lane="bulk") == 0
 
     def worker_moved() -> dict[Any, float]:
         after = scrape(ports["worker"])
@@ -136,6 +138,11 @@ def test_counters_move_exactly_as_the_requests_sent_say(redis: Redis, stack: Any
     assert exported - sample_names() == set(), "metrics exported but not listed in laya.metrics.METRIC_NAMES"
 
 
+def value_is(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], expected: float, name: str,
+             **labels: str) -> None:
+    assert value(samples, name, **labels) == expected, (name, labels, value(samples, name, **labels))
+
+
 def assert_beating(env: dict[str, str]) -> dict[str, Any]:
     done = laya(env, "stats", "--json")
     assert done.returncode == 0, done.stderr
@@ -157,8 +164,8 @@ def test_stats_health_and_a_worker_that_dies(redis: Redis, stack: Any) -> None:
 
     snap = eventually(published)
     assert snap["schema"] == 1 and snap["router"]["rules"] == 4
-    assert snap["queues"] == [{"model": "default", "lane": "", "queue": "laya:llm:default", "depth": 0,
-                               "oldest_age_s": None}]
+    assert snap["queues"] == [{"model": "default", "lane": lane, "queue": f"laya:llm:default:{lane}", "depth": 0,
+                               "oldest_age_s": None} for lane in ("high", "normal", "bulk")]
     worker = snap["workers"][0]
     assert worker["jobs_done"] == 1 and worker["plan"] == "fits" and worker["ram_used_bytes"] > 0
     # The decision is the request's own, as `laya bench routing` times it: not the batch wait around it.
@@ -189,6 +196,23 @@ def test_stats_health_and_a_worker_that_dies(redis: Redis, stack: Any) -> None:
     assert "FAIL model default: its last worker" in sick.stderr and "stopped beating" in sick.stderr
     assert laya(env, "health", "--role", "worker").returncode == 1
     assert laya(env, "health", "--role", "router").returncode == 0  # the router's container stays healthy
+
+    # With no worker, jobs wait: one row per model and lane, with the age of the oldest job.
+    client.submit("kelp", max_tokens=4, priority="bulk", cache=False)
+    client.submit("jelly", max_tokens=4, priority="bulk", cache=False)
+
+    def queued() -> dict[str, Any]:
+        snap = orjson.loads(laya(env, "stats", "--json").stdout)
+        depths = {q["lane"]: q["depth"] for q in snap["queues"]}
+        assert depths == {"high": 0, "normal": 0, "bulk": 2}, depths
+        return snap
+
+    time.sleep(0.5)
+    bulk = eventually(queued)["queues"][2]
+    assert bulk["oldest_age_s"] is not None and 0 <= bulk["oldest_age_s"] < 60
+    assert re.search(r"^default\s+bulk\s+2\s+\d+\.\d s$", laya(env, "stats").stdout, re.M)
+    router_port = stack[1]["router"]
+    eventually(lambda: value_is(scrape(router_port), 2, "laya_queue_depth", model="default", lane="bulk"))
 
 
 
