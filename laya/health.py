@@ -97,5 +97,5 @@ def _check_routers(redis: Redis, keys: Keys, settings: Settings, health: Health)
         health.passed.append(f"{len(live)} router(s) reading {keys.ingress} (latest read {live[0] / 1000:.1f} s "
                              "ago)")
     else:
-        health.problems.append(f"no router has tried to read {keys.ingress} within {limit_ms / 1000:.0f} s; "
+        health.problems.append(f"no router has tried to read {keys.ingress} within {limit_ms / 1000:g} s; "
                                "start `laya router`")

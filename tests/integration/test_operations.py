@@ -233,3 +233,18 @@ def test_health_names_what_is_missing(redis: Redis, settings: Settings) -> None:
     Router(settings, redis).ensure_group()  # a router that created the group but never read
     health = check_health(redis, settings, models=[])
     assert health.problems == ["no router has tried to read laya:ingress within 5 s; start `laya router`"]
+
+
+def test_a_router_that_stopped_reading_counts_as_gone(redis: Redis, settings: Settings,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from laya import health
+
+    monkeypatch.setattr(health, "router_silence_s", lambda _settings: 0.3)
+    Router(settings, redis).ensure_group()
+    redis.xreadgroup("routers", "r1", {"laya:ingress": ">"}, count=1)
+    assert check_health(redis, settings, models=[]).ok
+    time.sleep(0.5)
+    assert check_health(redis, settings, models=[]).problems == [
+        "no router has tried to read laya:ingress within 0.3 s; start `laya router`"]
+    redis.xreadgroup("routers", "r1", {"laya:ingress": ">"}, count=1)
+    assert check_health(redis, settings, models=[]).ok
