@@ -232,7 +232,7 @@ def test_health_names_what_is_missing(redis: Redis, settings: Settings) -> None:
         "model default: no worker has beaten; start `laya worker` for it"]
     Router(settings, redis).ensure_group()  # a router that created the group but never read
     health = check_health(redis, settings, models=[])
-    assert health.problems == ["no router has tried to read laya:ingress within 5 s; start `laya router`"]
+    assert health.problems == ["no router has tried to read laya:ingress within 5.3 s; start `laya router`"]
 
 
 def test_a_router_that_stopped_reading_counts_as_gone(redis: Redis, settings: Settings,
