@@ -219,6 +219,13 @@ def test_stats_health_and_a_worker_that_dies(redis: Redis, stack: Any) -> None:
 def test_a_worker_that_stops_cleanly_leaves_the_list(redis: Redis, stack: Any) -> None:
     env, _, procs = stack
     eventually(lambda: assert_beating(env))
+    watch = subprocess.Popen([str(BIN / "laya"), "stats", "--watch", "0.2"], env=env, stdout=subprocess.PIPE)
+    time.sleep(1.5)
+    watch.send_signal(signal.SIGINT)
+    out = watch.communicate(timeout=20)[0].decode()
+    assert watch.returncode == 130
+    frames = out.split("\x1b[H")[1:]  # each refresh homes the cursor, draws, and clears the rest
+    assert len(frames) >= 2 and all(f.endswith("Ctrl-C stops)\x1b[J") and "Workers" in f for f in frames), out
     stop_laya(procs["worker"])
     snap = orjson.loads(laya(env, "stats", "--json").stdout)
     assert snap["workers"] == []
