@@ -210,7 +210,7 @@ def test_stats_health_and_a_worker_that_dies(redis: Redis, stack: Any) -> None:
     time.sleep(0.5)
     bulk = eventually(queued)["queues"][2]
     assert bulk["oldest_age_s"] is not None and 0 <= bulk["oldest_age_s"] < 60
-    assert re.search(r"^default\s+bulk\s+2\s+\d+\.\d s$", laya(env, "stats").stdout, re.M)
+    assert re.search(r"^default\s+bulk\s+2\s+\d+\.\d s$", laya(env, "stats").stdout, re.MULTILINE)
     router_port = stack[1]["router"]
     eventually(lambda: value_is(scrape(router_port), 2, "laya_queue_depth", model="default", lane="bulk"))
 
