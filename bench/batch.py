@@ -3,7 +3,7 @@
     python bench/batch.py [--lines 10000] [--max-tokens 1]     # writes bench/results/batch.md
 
 A throwaway Valkey, a real `laya router` process and a real worker process
-(`LayaWorker`, RQ, `laya.jobs.generate`), driven by the real `laya batch`
+(`LayaWorker`, RQ, `laya.worker.jobs.generate`), driven by the real `laya batch`
 command. Only the model is simulated: the worker process runs Laya's worker
 loop on a `ScriptedBackend` that sleeps 1/40 s per generated token (a 7B
 model on an 8 GB card decodes about 40 tokens/s), so the runs time Laya, not
@@ -40,7 +40,7 @@ from pathlib import Path
 import orjson
 from common import start_valkey, write_results
 
-from laya.stats import percentile
+from laya.ops.stats import percentile
 
 ROUTES = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
 SECONDS_PER_TOKEN = 1 / 40
@@ -49,10 +49,10 @@ TARGET = 0.35
 
 def serve_worker(max_tokens: int) -> None:
     """The worker process: Laya's worker loop (RQ, jobs, results) on a backend that only takes the time."""
-    from laya.backend import ScriptedBackend
     from laya.config import load_settings
     from laya.connection import connect
-    from laya.worker import run_worker
+    from laya.worker.backend import ScriptedBackend
+    from laya.worker.rqworker import run_worker
 
     settings = load_settings(None)
     backend = ScriptedBackend(default="x" * max_tokens, seconds_per_token=SECONDS_PER_TOKEN)
@@ -82,11 +82,11 @@ def write_input(path: Path, lines: int, max_tokens: int, seed: int) -> list[str]
 
 def fill_cache(url: str, prompts: list[str], max_tokens: int) -> None:
     """The answers a worker stores after answering ``prompts``, under the keys the router will look up."""
-    from laya.cache import cache_key
     from laya.connection import open_redis
     from laya.keys import Keys
+    from laya.router.cache import cache_key
+    from laya.router.text import normalise
     from laya.schema import Request
-    from laya.text import normalise
 
     redis, keys = open_redis(url), Keys()
     answer = orjson.dumps({"text": "x" * max_tokens, "model": "default", "finish_reason": "length",
@@ -132,8 +132,8 @@ def run_batch(env: dict[str, str], source: Path, out: Path, *, rules: bool, max_
 
 def direct_ms(max_tokens: int, calls: int) -> list[float]:
     """The backend alone: what one model job costs without Laya."""
-    from laya.backend import Controls, ScriptedBackend
     from laya.schema import Request
+    from laya.worker.backend import Controls, ScriptedBackend
 
     backend = ScriptedBackend(default="x" * max_tokens, seconds_per_token=SECONDS_PER_TOKEN)
     times = []

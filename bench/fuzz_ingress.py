@@ -78,7 +78,7 @@ def hostile(rng: random.Random, n: int) -> dict[bytes, bytes]:
 def main() -> None:
     from laya.codec import salvage_identity
     from laya.connection import open_redis
-    from laya.tinymodel import write_tiny_model
+    from laya.worker.tinymodel import write_tiny_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--entries", type=int, default=100_000)

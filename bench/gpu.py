@@ -4,7 +4,7 @@
     python bench/gpu.py --model my.gguf     # your own model instead of the generated one
 
 The model is generated: Qwen2.5-7B-Instruct's shapes in Q4_K_M (4.4 GiB; random
-steered weights whose answers never end, :mod:`laya.shapedmodel`), so decoding
+steered weights whose answers never end, :mod:`laya.worker.shapedmodel`), so decoding
 always runs to ``max_tokens``. Both sides load it with every layer on the GPU,
 n_ctx 2048, n_batch 512, f16 KV cache, each in its own process, one after the other:
 
@@ -98,9 +98,9 @@ def run_laya(model: str, jobs: int) -> dict[str, object]:
 
     from laya.client import Client
     from laya.config import Settings
-    from laya.machine import MiB, detect_machine
-    from laya.modelfile import read_model_info
-    from laya.planner import make_plan, plan_input
+    from laya.memory.machine import MiB, detect_machine
+    from laya.memory.modelfile import read_model_info
+    from laya.memory.planner import make_plan, plan_input
 
     env_settings = {"LAYA_RUNTIME__MAX_SEQ_LEN": str(N_CTX), "LAYA_RUNTIME__N_BATCH": str(N_BATCH),
                     "LAYA_RUNTIME__MAX_TOKENS_LIMIT": str(MAX_TOKENS),
@@ -219,7 +219,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None:
-            from laya.shapedmodel import SHAPES, write_shaped_model
+            from laya.worker.shapedmodel import SHAPES, write_shaped_model
 
             model = str(write_shaped_model(Path(tmp) / "qwen2.5-7b-q4_k_m.gguf", SHAPES["qwen2.5-7b"], "Q4_K_M",
                                            stops=False))

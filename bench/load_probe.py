@@ -4,7 +4,7 @@
     python bench/load_probe.py --gpu-layers -1 --shape qwen2.5-7b --out bench/results/load_probe_cuda.md
 
 Each case runs in a fresh process (a crash in llama.cpp kills the whole process):
-it loads a generated model with real shapes (:mod:`laya.shapedmodel`, answers that
+it loads a generated model with real shapes (:mod:`laya.worker.shapedmodel`, answers that
 never stop), evaluates a 64-token prompt and decodes ``--tokens`` tokens greedily,
 and reports how it ended (``ok``, or the signal that killed it), the load time and
 the decode rate. The cases vary what issue 12 suspected: llama.cpp's CPU extra
@@ -52,13 +52,13 @@ model, gpu_layers, tokens = sys.argv[1], int(sys.argv[3]), int(sys.argv[4])
 started = time.monotonic()
 if kind == "raw":
     from contextlib import nullcontext
-    from laya.backend import _model_params
+    from laya.worker.backend import _model_params
     params = nullcontext() if buffers == "default" else _model_params(use_extra_bufts=buffers == "on")
     with params:
         llm = llama_cpp.Llama(model_path=model, n_ctx=1024, n_gpu_layers=gpu_layers,
                               verbose=order.endswith("verbose"))
 else:
-    from laya.backend import LlamaBackend
+    from laya.worker.backend import LlamaBackend
     from laya.config import Settings
     settings = Settings.model_validate({"model": {"path": model, "n_gpu_layers": gpu_layers,
                                                   "cpu_extra_buffers": buffers},
@@ -106,8 +106,8 @@ def backtrace(model: Path, spec: str, gpu_layers: int, tokens: int) -> str:
 
 
 def main() -> None:
-    from laya.machine import cpu_flags
-    from laya.shapedmodel import SHAPES, write_shaped_model
+    from laya.memory.machine import cpu_flags
+    from laya.worker.shapedmodel import SHAPES, write_shaped_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen2.5-1.5b", choices=sorted(SHAPES))

@@ -2,19 +2,19 @@
 
     .venv/bin/pip install -e ".[test,dev]"
     python bench/mutation.py                      # every guarantee module; hours on two cores
-    python bench/mutation.py laya/jobs.py         # one module
+    python bench/mutation.py laya/worker/jobs.py         # one module
     python bench/mutation.py --list               # what the last run left, without running again
 
 mutmut changes the code one small step at a time (``==`` to ``!=``, a constant, a
 deleted call) and runs the tests that reach the changed function; a change that
 no test notices ("survived") is a guarantee no test protects. The modules:
 
-* ``laya/jobs.py``: the job allowlist (:func:`laya.jobs.is_laya_job`), the
+* ``laya/worker/jobs.py``: the job allowlist (:func:`laya.worker.jobs.is_laya_job`), the
   duplicate-delivery guards and the job's own error results;
 * ``laya/results.py``: the write-once result script and its callers;
-* ``laya/reaper.py``: lost jobs, retries, non-Laya jobs in the started registry;
+* ``laya/router/reaper.py``: lost jobs, retries, non-Laya jobs in the started registry;
 * ``laya/codec.py``: the size limits and the bad-input messages;
-* ``laya/router.py``: admission, the atomic commit and the stage order.
+* ``laya/router/ingress.py``: admission, the atomic commit and the stage order.
 
 It runs in a copy of the checkout (``--workdir``, default a temporary folder),
 so the working tree is never changed, and only the in-process tests of those
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
-MODULES = ["laya/jobs.py", "laya/results.py", "laya/reaper.py", "laya/codec.py", "laya/router.py"]
+MODULES = ["laya/worker/jobs.py", "laya/results.py", "laya/router/reaper.py", "laya/codec.py", "laya/router/ingress.py"]
 TESTS = [
     "tests/unit/test_schema_codec.py",
     "tests/unit/test_cache.py",

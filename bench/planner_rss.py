@@ -4,7 +4,7 @@
 
 For a generated ~60 MB F16 model (512-dim, 8 layers) at three context sizes,
 and for models with real shapes and quantisations (Qwen2.5-1.5B in Q4_K_M and
-Qwen3-0.6B in Q8_0, all layers, laya.shapedmodel) with llama.cpp's CPU extra
+Qwen3-0.6B in Q8_0, all layers, laya.worker.shapedmodel) with llama.cpp's CPU extra
 buffers on and off, each measurement runs in a fresh process that does what `laya worker` does —
 imports, plans, loads the model through the worker's own loading code — then
 generates once (so compute buffers and the KV cache are touched) and reads
@@ -30,8 +30,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "planner_rss.md"
 CHILD = r"""
 import json, sys, time
 from laya.config import Settings
-from laya.backend import Controls
-from laya.worker import plan_and_load, resident_bytes
+from laya.worker.backend import Controls
+from laya.worker.rqworker import plan_and_load, resident_bytes
 from laya.schema import Request
 baseline = resident_bytes()
 settings = Settings.model_validate({"model": {"path": sys.argv[1], "cpu_extra_buffers": sys.argv[3]},
@@ -52,8 +52,8 @@ def measure(model: Path, ctx: int, buffers: str) -> dict[str, int]:
 
 
 def main() -> None:
-    from laya.shapedmodel import SHAPES, write_shaped_model
-    from laya.tinymodel import TinyModelSpec, write_tiny_model
+    from laya.worker.shapedmodel import SHAPES, write_shaped_model
+    from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
     mib = 2**20
     lines = ["# Planner vs measured RSS", "",

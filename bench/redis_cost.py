@@ -61,7 +61,7 @@ def measure(redis: Redis, traffic: object, count: int) -> tuple[float, float, fl
 def asks(url: str, redis: Redis) -> None:
     from laya.client import Client
     from laya.config import Settings
-    from laya.router import Router
+    from laya.router.ingress import Router
 
     settings = Settings.model_validate({"redis": {"url": url}, "router": {"routes_file": str(ROUTES),
                                                                           "block_ms": 100}})
@@ -76,11 +76,11 @@ def asks(url: str, redis: Redis) -> None:
 
 
 def jobs(url: str, redis: Redis, model: Path) -> None:
-    from laya.backend import LlamaBackend
     from laya.client import Client
     from laya.config import Settings
-    from laya.router import Router
-    from laya.worker import run_worker
+    from laya.router.ingress import Router
+    from laya.worker.backend import LlamaBackend
+    from laya.worker.rqworker import run_worker
 
     settings = Settings.model_validate({"redis": {"url": url}, "model": {"path": str(model)},
                                         "router": {"block_ms": 100, "max_queue_depth": 100_000},
@@ -102,7 +102,7 @@ def jobs(url: str, redis: Redis, model: Path) -> None:
 
 
 def main() -> None:
-    from laya.tinymodel import write_tiny_model
+    from laya.worker.tinymodel import write_tiny_model
 
     rows: dict[str, list[tuple[float, float, float]]] = {"short-circuit, pipelined producer": [],
                                                          "short-circuit, `Client.ask`": [], "model job": []}

@@ -13,7 +13,7 @@ single `enqueue` calls — what a router that turned every request into a job
 would be bound by.
 
 With and without Prometheus metrics in the same run, runs alternating: with
-them, the router keeps its metrics (laya.metrics), serves them over HTTP, and a
+them, the router keeps its metrics (laya.ops.metrics), serves them over HTTP, and a
 scraper reads them every second while the router drains (Prometheus's default
 is every 15 s). ``--no-metrics`` leaves that part out.
 
@@ -45,10 +45,10 @@ def scrape_every_second(port: int, stop: threading.Event) -> None:
 
 
 def drain(redis: Redis, url: str, metrics: bool = False) -> float:
-    from laya.cache import cache_key
     from laya.client import Client
     from laya.config import Settings
-    from laya.router import Router
+    from laya.router.cache import cache_key
+    from laya.router.ingress import Router
     from laya.schema import Request
 
     redis.flushall()
@@ -58,7 +58,7 @@ def drain(redis: Redis, url: str, metrics: bool = False) -> float:
     if metrics:
         from prometheus_client import start_http_server
 
-        from laya.metrics import RouterMetrics, new_registry
+        from laya.ops.metrics import RouterMetrics, new_registry
 
         router_metrics = RouterMetrics()
         registry = new_registry()
@@ -99,13 +99,13 @@ def rq_rates(redis: Redis) -> tuple[float, float]:
     started = time.perf_counter()
     for chunk in range(0, 20_000, 1000):
         with redis.pipeline() as pipe:
-            queue.enqueue_many([Queue.prepare_data("laya.jobs.generate", args=[{"i": i}])
+            queue.enqueue_many([Queue.prepare_data("laya.worker.jobs.generate", args=[{"i": i}])
                                 for i in range(chunk, chunk + 1000)], pipeline=pipe)
             pipe.execute()
     many = 20_000 / (time.perf_counter() - started)
     started = time.perf_counter()
     for i in range(3000):
-        queue.enqueue("laya.jobs.generate", {"i": i})
+        queue.enqueue("laya.worker.jobs.generate", {"i": i})
     single = 3000 / (time.perf_counter() - started)
     return many, single
 

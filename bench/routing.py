@@ -19,7 +19,7 @@ from common import write_results
 
 
 def main() -> None:
-    from laya.benchmark import run_routing_bench
+    from laya.ops.benchmark import run_routing_bench
 
     result = run_routing_bench(n_rules=1000, cache_entries=100_000, requests=20_000,
                                metrics="--no-metrics" not in sys.argv[1:])

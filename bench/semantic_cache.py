@@ -25,7 +25,7 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 def main() -> None:
     from laya.config import RouterConfig
-    from laya.pairbench import run_pair_bench
+    from laya.ops.pairbench import run_pair_bench
 
     threshold = RouterConfig().semantic_threshold
     lines = ["# Semantic cache on labelled pairs", ""]

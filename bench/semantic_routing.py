@@ -20,7 +20,7 @@ from common import write_results
 
 
 def main() -> None:
-    from laya.benchmark import run_semantic_routing_bench
+    from laya.ops.benchmark import run_semantic_routing_bench
 
     load_before = os.getloadavg()[0]
     result = run_semantic_routing_bench(n_rules=1000, n_intents=1000, requests=20_000)

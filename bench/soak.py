@@ -45,7 +45,7 @@ FAILOVER = {"LAYA_ROUTER__CLAIM_IDLE_MS": "500", "LAYA_ROUTER__BLOCK_MS": "100",
 def main() -> None:
     from laya.client import Client
     from laya.connection import open_redis
-    from laya.tinymodel import write_tiny_model
+    from laya.worker.tinymodel import write_tiny_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=10_000)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from common import start_valkey, write_results
 
-from laya.stats import percentile
+from laya.ops.stats import percentile
 
 
 def stats_ms(values: list[float]) -> str:
@@ -41,7 +41,7 @@ def main() -> None:
     from laya.client import Chunk, Client
     from laya.connection import open_redis
     from laya.schema import Result
-    from laya.shapedmodel import SHAPES, write_shaped_model
+    from laya.worker.shapedmodel import SHAPES, write_shaped_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=40)

@@ -50,7 +50,7 @@ def _one_blas_thread() -> None:
 def cmd_router(args: argparse.Namespace) -> int:
     _one_blas_thread()
     from laya.connection import connect
-    from laya.router import run_router
+    from laya.router.ingress import run_router
 
     settings = _settings(args)
     run_router(settings, connect(settings, wait=True))
@@ -59,7 +59,7 @@ def cmd_router(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from laya.connection import connect
-    from laya.worker import run_worker
+    from laya.worker.rqworker import run_worker
 
     settings = _settings(args)
     if args.model is not None:
@@ -73,7 +73,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def _machine(args: argparse.Namespace) -> Any:
-    from laya.machine import detect_machine, parse_size
+    from laya.memory.machine import detect_machine, parse_size
 
     try:
         ram = parse_size(args.ram) if args.ram else None
@@ -84,12 +84,12 @@ def _machine(args: argparse.Namespace) -> Any:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from laya.modelfile import read_model_info
-    from laya.planner import make_plan, plan_input
+    from laya.memory.modelfile import read_model_info
+    from laya.memory.planner import make_plan, plan_input
 
     settings = _settings(args)
     if args.model is None and len(settings.served) > 1:
-        from laya.modelset import plan_models
+        from laya.memory.modelset import plan_models
 
         plans = plan_models(settings, _machine(args))
         print(orjson.dumps(plans.to_dict(), default=str, option=orjson.OPT_INDENT_2).decode() if args.json
@@ -107,7 +107,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from laya.init import choose, config_values, render_config
+    from laya.ops.init import choose, config_values, render_config
 
     if args.output.exists() and not args.force:
         raise ConfigError(f"{args.output} exists; pass --force to overwrite it, or -o to write another file")
@@ -132,7 +132,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from laya.stack import Stack
+    from laya.ops.stack import Stack
 
     stack = Stack(_settings(args), STATE_DIR, config_path=args.config)
     stack.handle_signals()  # Ctrl-C (or SIGTERM) from here on: router and worker stop first, the server last
@@ -149,7 +149,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from laya.demo import run_demo
+    from laya.ops.demo import run_demo
 
     return run_demo(_settings(args), STATE_DIR, config_path=args.config, n_model=args.requests)
 
@@ -239,7 +239,7 @@ def cmd_result(args: argparse.Namespace) -> int:
     ``--wait`` waits for an id with no trace too (a producer may send it later,
     under an id of its own); if the wait runs out, it says where the request is.
     """
-    from laya.lookup import locate
+    from laya.ops.lookup import locate
 
     client = _client(_settings(args))
     if args.wait:
@@ -301,7 +301,7 @@ def _resume_command(argv: list[str]) -> str:
 def cmd_stats(args: argparse.Namespace) -> int:
     import time
 
-    from laya.stats import render, snapshot
+    from laya.ops.stats import render, snapshot
 
     settings = _settings(args)
     redis = _client(settings).redis
@@ -323,7 +323,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     import socket
 
     from laya.connection import connect
-    from laya.health import check_health
+    from laya.ops.health import check_health
 
     settings = _settings(args)
     redis = connect(settings)
@@ -354,11 +354,11 @@ def _interval(value: str) -> float:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     _one_blas_thread()
-    from laya.benchmark import run_routing_bench, run_semantic_routing_bench
+    from laya.ops.benchmark import run_routing_bench, run_semantic_routing_bench
 
     result: Any
     if args.what == "semantic":
-        from laya.pairbench import run_pair_bench
+        from laya.ops.pairbench import run_pair_bench
 
         result = run_pair_bench(args.pairs, threshold=args.threshold or _settings(args).router.semantic_threshold)
     elif args.semantic:

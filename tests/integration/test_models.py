@@ -15,13 +15,13 @@ from laya.cli import main
 from laya.client import Client
 from laya.config import Settings
 from laya.errors import ConfigError
-from laya.machine import Machine, MiB
-from laya.modelfile import read_model_info
-from laya.modelset import plan_models
-from laya.planner import make_plan, plan_input
-from laya.router import Router
-from laya.tinymodel import write_tiny_model
-from laya.worker import run_worker
+from laya.memory.machine import Machine, MiB
+from laya.memory.modelfile import read_model_info
+from laya.memory.modelset import plan_models
+from laya.memory.planner import make_plan, plan_input
+from laya.router.ingress import Router
+from laya.worker.rqworker import run_worker
+from laya.worker.tinymodel import write_tiny_model
 
 from ..conftest import free_port
 from .running import RunningUp

@@ -26,9 +26,9 @@ from redis import Redis
 from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
-from laya.health import check_health
-from laya.metrics import sample_names
-from laya.router import Router
+from laya.ops.health import check_health
+from laya.ops.metrics import sample_names
+from laya.router.ingress import Router
 
 from ..conftest import Server, free_port
 from ..processes import start_laya, stop_laya
@@ -135,7 +135,7 @@ def test_counters_move_exactly_as_the_requests_sent_say(redis: Redis, stack: Any
     eventually(worker_moved)
     exported = {name for port in ports.values() for name, _ in scrape(port)
                 if name.startswith(("laya_", "process_")) and not name.endswith("_created")}
-    assert exported - sample_names() == set(), "metrics exported but not listed in laya.metrics.METRIC_NAMES"
+    assert exported - sample_names() == set(), "metrics exported but not listed in laya.ops.metrics.METRIC_NAMES"
 
 
 def value_is(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], expected: float, name: str,
@@ -244,7 +244,7 @@ def test_health_names_what_is_missing(redis: Redis, settings: Settings) -> None:
 
 def test_a_router_that_stopped_reading_counts_as_gone(redis: Redis, settings: Settings,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from laya import health
+    from laya.ops import health
 
     monkeypatch.setattr(health, "router_silence_s", lambda _settings: 0.3)
     Router(settings, redis).ensure_group()

@@ -17,13 +17,13 @@ import pytest
 from redis import Redis
 from rq import Queue
 
-from laya.backend import LlamaBackend
 from laya.client import Chunk, Client
 from laya.config import Settings
 from laya.keys import Keys
-from laya.router import Router
+from laya.router.ingress import Router
 from laya.schema import Result
-from laya.worker import run_worker
+from laya.worker.backend import LlamaBackend
+from laya.worker.rqworker import run_worker
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "object": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -252,9 +252,9 @@ def test_a_high_job_runs_before_a_backlog_of_bulk(settings: Settings, redis: Red
 
 
 def lane_worker(settings: Settings, redis: Redis) -> Any:
-    from laya.lanes import LaneQueue
     from laya.schema import LANES
-    from laya.worker import LayaWorker, _StopSignal
+    from laya.worker.lanes import LaneQueue
+    from laya.worker.rqworker import LayaWorker, _StopSignal
 
     queues = [LaneQueue(Keys().queue_name("default", lane), connection=redis, serializer="json") for lane in LANES]
     with _StopSignal() as stop:
@@ -284,7 +284,7 @@ def test_a_job_taken_from_a_lane_is_never_in_no_list_so_the_reaper_can_requeue_i
 
 
 def test_an_idle_worker_wakes_on_the_router_s_bell(settings: Settings, redis: Redis) -> None:
-    from laya.lanes import IDLE_RESCAN_S
+    from laya.worker.lanes import IDLE_RESCAN_S
 
     worker = lane_worker(settings, redis)
     taken: list[Any] = []
@@ -349,7 +349,7 @@ def test_a_request_expired_before_routing_never_becomes_a_job(settings: Settings
 @pytest.fixture(scope="module")
 def endless_q4km(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two Qwen2.5-1.5B layers in Q4_K_M that never stop: decoding at a real model's pace on this CPU."""
-    from laya.shapedmodel import SHAPES, write_shaped_model
+    from laya.worker.shapedmodel import SHAPES, write_shaped_model
 
     return write_shaped_model(tmp_path_factory.mktemp("endless") / "endless-q4_k_m.gguf",
                               SHAPES["qwen2.5-1.5b"].with_layers(2), "Q4_K_M", stops=False)

@@ -1,6 +1,6 @@
 """The worker on models with real architectures' shapes and quantisations, not only the tiny F16 one.
 
-The models are written by the test session (laya.shapedmodel): two layers of Qwen2.5-1.5B in Q4_K_M
+The models are written by the test session (laya.worker.shapedmodel): two layers of Qwen2.5-1.5B in Q4_K_M
 (GQA 12/2, a 151,936-token vocabulary, Q4_K with Q6_K) and of Qwen3-0.6B in Q8_0 (Q/K norms, a head
 size of 128 that is not 1024/16). Their answers are steered, so each test knows the exact text.
 
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from laya.backend import Controls, LlamaBackend
 from laya.client import Client
 from laya.config import Settings
-from laya.modelfile import read_model_info
+from laya.memory.modelfile import read_model_info
 from laya.schema import Request
-from laya.shapedmodel import SHAPES, write_shaped_model
-from laya.tinymodel import expected_completion
+from laya.worker.backend import Controls, LlamaBackend
+from laya.worker.shapedmodel import SHAPES, write_shaped_model
+from laya.worker.tinymodel import expected_completion
 from tests.conftest import Server
 from tests.processes import start_laya, stop_laya
 
@@ -72,7 +72,7 @@ def test_the_worker_backend_answers_prompts_and_chats(shaped_models: dict[str, P
 LOAD_AND_REPORT = r"""
 import sys
 import llama_cpp
-from laya.backend import _model_params
+from laya.worker.backend import _model_params
 with _model_params(use_extra_bufts=sys.argv[2] == "on"):
     llama_cpp.Llama(model_path=sys.argv[1], n_ctx=256, verbose=True)
 """
@@ -93,7 +93,7 @@ def test_the_extra_buffer_switch_reaches_llama_cpp(shaped_models: dict[str, Path
 
 
 def _cpu_flags() -> frozenset[str]:
-    from laya.machine import cpu_flags
+    from laya.memory.machine import cpu_flags
 
     return cpu_flags()
 

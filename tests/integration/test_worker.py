@@ -13,14 +13,14 @@ from redis import Redis
 from rq import Queue, Retry
 from rq.job import JobStatus
 
-from laya.backend import LlamaBackend
 from laya.client import Client
 from laya.config import Settings
-from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
-from laya.router import Router
-from laya.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
-from laya.worker import run_worker
+from laya.router.ingress import Router
+from laya.worker.backend import LlamaBackend
+from laya.worker.jobs import JOB_FUNCTION
+from laya.worker.rqworker import run_worker
+from laya.worker.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
 
 
 def route_all(settings: Settings, redis: Redis) -> None:
@@ -296,7 +296,7 @@ def test_an_unexpected_failure_is_retried_job_retries_times(settings: Settings, 
 
 
 def test_a_worker_stops_listening_for_commands_within_seconds(settings: Settings, redis: Redis) -> None:
-    from laya.worker import LayaWorker, _StopSignal
+    from laya.worker.rqworker import LayaWorker, _StopSignal
 
     queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     with _StopSignal() as stop:

@@ -13,9 +13,9 @@ from redis import Redis
 
 from laya.config import Settings
 from laya.errors import DoesNotFit, GGUFError, UnplannableModel
-from laya.machine import GiB, Machine
-from laya.tinymodel import TinyModelSpec, write_tiny_model
-from laya.worker import plan_and_load
+from laya.memory.machine import GiB, Machine
+from laya.worker.rqworker import plan_and_load
+from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 from ..conftest import Server
 from ..gguf_headers import QWEN25_7B, Arch, write_header
@@ -61,8 +61,8 @@ def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) 
     from prometheus_client import CollectorRegistry
 
     from laya.keys import Keys
-    from laya.metrics import WorkerMetrics
-    from laya.presence import Presence
+    from laya.ops.metrics import WorkerMetrics
+    from laya.ops.presence import Presence
 
     backend, plan = plan_and_load(settings)
     presence = Presence(redis, Keys(), settings, name="w1", metrics=WorkerMetrics(CollectorRegistry(), "default"),
@@ -77,7 +77,7 @@ def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) 
 def test_a_model_the_planner_cannot_read_loads_only_when_forced(tmp_path: Path, settings: Settings,
                                                                  redis: Redis) -> None:
     from laya.client import Client
-    from laya.worker import run_worker
+    from laya.worker.rqworker import run_worker
 
     from .test_worker import route_all
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import time
 
-from laya.cache import LocalCache, cache_key, cacheable
+from laya.router.cache import LocalCache, cache_key, cacheable
+from laya.router.text import normalise
 from laya.schema import Request
-from laya.text import normalise
 
 
 def key(**fields: object) -> str:

@@ -7,10 +7,10 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from laya.embedder import load_embedder
-from laya.intents import IntentIndex
-from laya.rules import RuleSet, RuleSpec
-from laya.text import normalise
+from laya.router.embedder import load_embedder
+from laya.router.intents import IntentIndex
+from laya.router.rules import RuleSet, RuleSpec
+from laya.router.text import normalise
 
 EMBEDDER = load_embedder()
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from laya.machine import NVIDIA_SMI_QUERY, Gpu, MiB, detect_machine, parse_nvidia_smi
+from laya.memory.machine import NVIDIA_SMI_QUERY, Gpu, MiB, detect_machine, parse_nvidia_smi
 
 # What `nvidia-smi --query-gpu=name,memory.total,memory.free --format=csv,noheader,nounits` prints
 # (NVIDIA's documented CSV format: one line per GPU, ", " between fields, MiB without a unit, and

@@ -10,7 +10,15 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from laya.metrics import METRIC_NAMES, Buckets, RouterMetrics, WorkerMetrics, new_registry, route_labels, sample_names
+from laya.ops.metrics import (
+    METRIC_NAMES,
+    Buckets,
+    RouterMetrics,
+    WorkerMetrics,
+    new_registry,
+    route_labels,
+    sample_names,
+)
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana-dashboard.json"
 PROMQL_WORDS = {"sum", "by", "rate", "max", "histogram_quantile", "le", "model", "lane", "route", "device",

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from laya.errors import GGUFError, UnplannableModel
-from laya.machine import GiB, Gpu, Machine, MiB, parse_size
-from laya.modelfile import read_model_info
-from laya.planner import PlanInput, kv_cache_bytes, make_plan
+from laya.memory.machine import GiB, Gpu, Machine, MiB, parse_size
+from laya.memory.modelfile import read_model_info
+from laya.memory.planner import PlanInput, kv_cache_bytes, make_plan
 
 from ..gguf_headers import LLAMA31_8B, MISTRAL_NEMO_12B, QWEN25_7B, write_header
 

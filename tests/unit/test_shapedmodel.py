@@ -1,4 +1,4 @@
-"""The K-quant and Q8_0 encoders of laya.shapedmodel against gguf's own decoders."""
+"""The K-quant and Q8_0 encoders of laya.worker.shapedmodel against gguf's own decoders."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from laya.shapedmodel import quantize
+from laya.worker.shapedmodel import quantize
 
 
 @pytest.mark.parametrize(("kind", "tolerance"), [("Q4_K", 0.12), ("Q6_K", 0.04), ("Q8_0", 0.01)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from laya.embedder import load_embedder
-from laya.vectorindex import VectorIndex
+from laya.router.embedder import load_embedder
+from laya.router.vectorindex import VectorIndex
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int, skew: float) -> np.ndarray:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from laya.errors import InvalidRequest
-from laya.pairbench import read_pairs, run_pair_bench
-from laya.verifier import analyse, verify
+from laya.ops.pairbench import read_pairs, run_pair_bench
+from laya.router.verifier import analyse, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

@@ -3,7 +3,7 @@
 A worker that llama.cpp crashes, or that the OOM killer takes, should not take
 the server and the router down with it: the request it held is answered anyway
 (a router's reaper requeues a job whose heartbeat stopped, see
-:mod:`laya.reaper`). So a child that dies is restarted after a delay that
+:mod:`laya.router.reaper`). So a child that dies is restarted after a delay that
 doubles with each quick death (``first_delay_s`` up to ``max_delay_s``, back to
 the first once a child has run for ``window_s``). Restarting cannot fix every
 death, so the supervisor gives up, and ``laya up`` stops everything, when
@@ -39,7 +39,7 @@ from laya.errors import ServerError
 
 __all__ = ["ORPHAN_SIGNAL", "RestartPolicy", "Supervisor", "describe_exit", "die_with_parent"]
 
-log = logging.getLogger("laya.supervisor")
+log = logging.getLogger("laya.ops.supervisor")
 
 REFUSED_EXIT_CODE = 2
 """What ``laya router`` and ``laya worker`` exit with when Laya refuses to start them (see :func:`laya.cli.main`)."""
@@ -49,7 +49,7 @@ ORPHAN_SIGNAL = signal.SIGKILL
 goes down at the same moment, so a graceful stop could neither write a result nor unregister,
 and a worker told to stop just as its server vanished was seen retrying the connection instead
 of exiting. A killed worker is a crash Laya recovers from: its job comes back by heartbeat (see
-:mod:`laya.reaper`), a router's pending entries are claimed again, and ``laya up`` unregisters
+:mod:`laya.router.reaper`), a router's pending entries are claimed again, and ``laya up`` unregisters
 dead workers from its own server when it next starts."""
 
 _PR_SET_PDEATHSIG = 1
@@ -75,7 +75,7 @@ def die_with_parent(signum: signal.Signals) -> Callable[[], None] | None:
     router and worker, and it survives ``exec`` (of binaries that are not
     setuid). Two limits: it is Linux only (elsewhere this returns None, and a
     stale server is found at the next start instead, see
-    :class:`laya.stack.EmbeddedValkey`), and it fires when the *thread* that
+    :class:`laya.ops.stack.EmbeddedValkey`), and it fires when the *thread* that
     started the child ends, so children are started from the main thread.
     ``preexec_fn`` is unsafe in a process with threads (the child may inherit a
     lock another thread held); ``laya up`` starts its children from its only thread.

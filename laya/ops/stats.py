@@ -3,7 +3,7 @@
 The router publishes its counters and percentiles to ``laya:stats:router`` once a
 second (several routers add to the same counters; the percentiles are those of
 the router that published last); workers beat their status into
-``laya:stats:worker`` (see laya.presence). :func:`snapshot` reads both, and the
+``laya:stats:worker`` (see laya.ops.presence). :func:`snapshot` reads both, and the
 queues, into the ``--json`` object; :func:`render` makes the tables.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from laya.keys import Keys
-from laya.presence import read_workers
+from laya.ops.presence import read_workers
 from laya.schema import LANES
 
 if TYPE_CHECKING:

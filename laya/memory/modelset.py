@@ -19,9 +19,9 @@ from typing import Any
 
 from laya.config import ModelConfig, Settings
 from laya.errors import ConfigError
-from laya.machine import Gpu, Machine, MiB
-from laya.modelfile import read_model_info
-from laya.planner import Plan, make_plan, plan_input
+from laya.memory.machine import Gpu, Machine, MiB
+from laya.memory.modelfile import read_model_info
+from laya.memory.planner import Plan, make_plan, plan_input
 
 __all__ = ["SetPlan", "plan_models"]
 

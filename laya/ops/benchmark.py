@@ -12,7 +12,7 @@ are what ``bench/router_latency.py`` and ``bench/router_throughput.py`` measure.
 
 With ``metrics=True`` it also times, in the same run and interleaved block by
 block with the plain decision, the decision plus what Prometheus metrics add per
-request in the router (one histogram bucket, :mod:`laya.metrics`), and, for
+request in the router (one histogram bucket, :mod:`laya.ops.metrics`), and, for
 comparison, the same bookkeeping done with prometheus_client's own objects.
 
 Two baselines run in the same process on the same requests:
@@ -36,12 +36,12 @@ from typing import Any, TypeVar
 
 import orjson
 
-from laya.cache import cache_key
 from laya.codec import Limits, decode_request
-from laya.rules import RuleSet, RuleSpec
+from laya.ops.stats import percentile
+from laya.router.cache import cache_key
+from laya.router.rules import RuleSet, RuleSpec
+from laya.router.text import normalise
 from laya.schema import Request
-from laya.stats import percentile
-from laya.text import normalise
 
 __all__ = ["RoutingBench", "SemanticRoutingBench", "run_routing_bench", "run_semantic_routing_bench",
            "synthetic_intents", "synthetic_rules", "synthetic_texts"]
@@ -183,7 +183,7 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     from redis import Redis
 
     from laya.config import Settings
-    from laya.router import Flight, Router
+    from laya.router.ingress import Flight, Router
 
     rng = random.Random(seed)
     rules = RuleSet(synthetic_rules(n_rules), source="<bench>")
@@ -238,7 +238,7 @@ def _metrics_figures(requests: list[Request], decide: Callable[[Request], object
     """The decision without metrics, with Laya's, and with prometheus_client's objects, block by block.
 
     Per request the router adds one bucket to its decision histogram
-    (:meth:`laya.metrics.RouterMetrics.routed`); counting the route is done
+    (:meth:`laya.ops.metrics.RouterMetrics.routed`); counting the route is done
     whether metrics are on or not (``laya stats`` needs it), and the per-batch
     figures are a few additions per 256 requests. Interleaving the blocks keeps
     a change in the shared machine's load from falling on one side only.
@@ -246,7 +246,7 @@ def _metrics_figures(requests: list[Request], decide: Callable[[Request], object
     from prometheus_client import CollectorRegistry, Histogram
     from prometheus_client import Counter as PromCounter
 
-    from laya.metrics import RouterMetrics
+    from laya.ops.metrics import RouterMetrics
 
     clock = time.perf_counter_ns
     ours = RouterMetrics()
@@ -365,9 +365,9 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     from redis import Redis
 
     from laya.config import Settings
-    from laya.embedder import load_embedder
-    from laya.intents import IntentIndex
-    from laya.router import Flight, Router
+    from laya.router.embedder import load_embedder
+    from laya.router.ingress import Flight, Router
+    from laya.router.intents import IntentIndex
 
     rng = random.Random(seed)
     started = time.perf_counter()

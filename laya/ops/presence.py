@@ -29,12 +29,12 @@ if TYPE_CHECKING:
 
     from laya.config import Settings
     from laya.keys import Keys
-    from laya.metrics import WorkerMetrics
-    from laya.planner import Plan
+    from laya.memory.planner import Plan
+    from laya.ops.metrics import WorkerMetrics
 
 __all__ = ["Presence", "WorkerStatus", "gone_after", "read_workers"]
 
-log = logging.getLogger("laya.presence")
+log = logging.getLogger("laya.ops.presence")
 
 
 def gone_after(settings: Settings) -> float:
@@ -102,7 +102,7 @@ class Presence:
 
     def __init__(self, redis: Redis, keys: Keys, settings: Settings, *, name: str, metrics: WorkerMetrics,
                  plan: Plan | None, n_ctx: int) -> None:
-        from laya.worker import resident_bytes
+        from laya.worker.rqworker import resident_bytes
 
         self.redis = redis
         self.keys = keys

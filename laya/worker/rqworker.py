@@ -6,10 +6,10 @@ runs jobs in-process, one at a time, but sends no heartbeat while a job runs
 and its SIGALRM timeout cannot interrupt native code. So this worker:
 
 * loads the backend before ``work()`` and hands it to jobs through
-  :func:`laya.jobs.install_runtime`;
+  :func:`laya.worker.jobs.install_runtime`;
 * heartbeats from the token loop (throttled to ``runtime.heartbeat_interval_s``)
   and checks the job deadline there, instead of RQ's alarm;
-* runs nothing but :data:`laya.jobs.ALLOWED_FUNCTIONS`.
+* runs nothing but :data:`laya.worker.jobs.ALLOWED_FUNCTIONS`.
 """
 
 from __future__ import annotations
@@ -34,22 +34,29 @@ from rq.utils import now
 
 from laya.connection import ReplicaAcks, renew_lock
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError, UnplannableModel
-from laya.jobs import ALLOWED_FUNCTIONS, WorkerRuntime, install_runtime, is_laya_job, job_error_result, job_reply_to
 from laya.keys import Keys
-from laya.lanes import LaneQueue
-from laya.machine import Machine, MiB, detect_machine
-from laya.metrics import WorkerMetrics, new_registry, serve
-from laya.modelfile import read_model_info
-from laya.planner import Plan, extra_buffers, make_plan, plan_input
-from laya.presence import Presence
+from laya.memory.machine import Machine, MiB, detect_machine
+from laya.memory.modelfile import read_model_info
+from laya.memory.planner import Plan, extra_buffers, make_plan, plan_input
+from laya.ops.metrics import WorkerMetrics, new_registry, serve
+from laya.ops.presence import Presence
 from laya.results import ResultStore
 from laya.schema import LANES
+from laya.worker.jobs import (
+    ALLOWED_FUNCTIONS,
+    WorkerRuntime,
+    install_runtime,
+    is_laya_job,
+    job_error_result,
+    job_reply_to,
+)
+from laya.worker.lanes import LaneQueue
 
 if TYPE_CHECKING:
     from redis import Redis
 
-    from laya.backend import LLMBackend
     from laya.config import Settings
+    from laya.worker.backend import LLMBackend
 
 __all__ = ["LayaWorker", "run_worker"]
 
@@ -225,7 +232,7 @@ def plan_and_load(settings: Settings, *, force: bool = False,
     """
     import llama_cpp
 
-    from laya.backend import LlamaBackend
+    from laya.worker.backend import LlamaBackend
 
     if settings.model.path is None:
         raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
@@ -244,7 +251,7 @@ def plan_and_load(settings: Settings, *, force: bool = False,
         log.info("%s", buffers.describe())
         return LlamaBackend(settings, extra_buffers=buffers.enabled), None
     if len(settings.served) > 1:  # this worker's share of the set: what the models before it leave
-        from laya.modelset import plan_models
+        from laya.memory.modelset import plan_models
 
         plan = plan_models(settings, machine).plan_for(settings.model.name)
     else:

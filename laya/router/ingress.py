@@ -5,8 +5,8 @@ stages; the first stage that answers a request ends it:
 
     decode → rules → cache → intents → semantic cache → admission → enqueue
 
-The intents stage (rules matched by their ``examples``, :mod:`laya.intents`)
-and the semantic cache (:mod:`laya.semcache`) need the embedding model; if it
+The intents stage (rules matched by their ``examples``, :mod:`laya.router.intents`)
+and the semantic cache (:mod:`laya.router.semcache`) need the embedding model; if it
 is not needed or cannot be loaded they do nothing.
 
 Each model has one RQ queue per priority lane (high, normal, bulk); admission
@@ -48,26 +48,26 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, Retry
 
-from laya.cache import LocalCache, cache_key
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.config import Settings
 from laya.connection import ReplicaAcks
-from laya.embedder import semantic_embedder
 from laya.errors import Expired, LayaError, RequestError
-from laya.intents import IntentIndex, IntentStage
-from laya.jobs import JOB_FUNCTION
 from laya.keys import Keys
-from laya.lanes import ring
-from laya.metrics import RouterMetrics, new_registry, serve
-from laya.reaper import Reaper
+from laya.ops.metrics import RouterMetrics, new_registry, serve
+from laya.ops.stats import LatencyWindow
 from laya.results import ResultStore
-from laya.rules import RuleSet, load_rules, why_no_rules
+from laya.router.cache import LocalCache, cache_key
+from laya.router.embedder import semantic_embedder
+from laya.router.intents import IntentIndex, IntentStage
+from laya.router.reaper import Reaper
+from laya.router.rules import RuleSet, load_rules, why_no_rules
+from laya.router.semcache import SemanticCache, SemanticCacheStage
+from laya.router.text import normalise
 from laya.schema import LANES, Request
-from laya.semcache import SemanticCache, SemanticCacheStage
-from laya.stats import LatencyWindow
 from laya.streaming import add_end
-from laya.text import normalise
 from laya.wire import Wire
+from laya.worker.jobs import JOB_FUNCTION
+from laya.worker.lanes import ring
 
 if TYPE_CHECKING:
     from redis import Redis

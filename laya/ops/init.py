@@ -8,7 +8,7 @@ answers badly past it), unless ``--ctx`` asks for one.
 The file it writes must behave as its comments say, so every plan here is the
 plan of the values the file sets: the candidate values are made into a
 :class:`~laya.config.Settings` the way ``laya -c FILE`` would load them, and
-planned through :func:`~laya.planner.plan_input`, exactly as ``laya plan`` and
+planned through :func:`~laya.memory.planner.plan_input`, exactly as ``laya plan`` and
 the worker do. The model's path is written absolute, because a config's
 relative paths are read relative to the config file, not to where
 ``laya init`` ran.
@@ -25,10 +25,10 @@ from pydantic import ValidationError
 
 from laya.config import Settings, format_validation_error
 from laya.errors import ConfigError
-from laya.machine import GiB, Machine
-from laya.modelfile import ModelInfo, read_model_info
-from laya.planner import Plan, make_plan, plan_input, recommend_quant
-from laya.rules import EXAMPLE_ROUTES
+from laya.memory.machine import GiB, Machine
+from laya.memory.modelfile import ModelInfo, read_model_info
+from laya.memory.planner import Plan, make_plan, plan_input, recommend_quant
+from laya.router.rules import EXAMPLE_ROUTES
 
 __all__ = ["CANDIDATE_CTX", "Choice", "choose", "config_values", "render_config"]
 

@@ -9,7 +9,7 @@ text one way:
 * ``regex``   — a Python regular expression ``search``es the text.
 
 A rule may also list ``examples``: sentences of its intent, matched by
-meaning when no pattern of any rule matched (:mod:`laya.intents`).
+meaning when no pattern of any rule matched (:mod:`laya.router.intents`).
 
 A rule either ``reply``\\ s with a template (``$prompt``, ``$match``, ``$id``) or
 sends the request to a named ``model``.
@@ -42,11 +42,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from laya.config import format_validation_error, read_toml
 from laya.errors import ConfigError
-from laya.text import normalise
+from laya.router.text import normalise
 
 __all__ = ["EXAMPLE_ROUTES", "Match", "Rule", "RuleSet", "RuleSpec", "RulesFile", "load_rules", "why_no_rules"]
 
-EXAMPLE_ROUTES = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
+EXAMPLE_ROUTES = Path(__file__).resolve().parents[2] / "configs" / "routes.example.toml"
 """The example rules of a source checkout (absent from an installed wheel)."""
 
 

@@ -20,8 +20,8 @@ from laya.batch import read_batch, run_batch
 from laya.client import Client
 from laya.config import Settings
 from laya.connection import connect
-from laya.rules import EXAMPLE_ROUTES
-from laya.stack import Stack
+from laya.ops.stack import Stack
+from laya.router.rules import EXAMPLE_ROUTES
 
 __all__ = ["RULE_LINES", "run_demo", "sample_lines"]
 

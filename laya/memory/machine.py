@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["NVIDIA_SMI_QUERY", "Gpu", "Machine", "cpu_flags", "detect_machine", "parse_nvidia_smi", "parse_size"]
 
-log = logging.getLogger("laya.machine")
+log = logging.getLogger("laya.memory.machine")
 
 MiB = 1024**2
 GiB = 1024**3

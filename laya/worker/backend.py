@@ -81,7 +81,7 @@ class LlamaBackend:
 
     ``extra_buffers`` says whether llama.cpp may put quantised CPU weights in its extra buffer
     types (AMX, repacked); ``None`` decides from ``model.cpu_extra_buffers`` and this CPU, as the
-    planner does (:func:`laya.planner.extra_buffers`).
+    planner does (:func:`laya.memory.planner.extra_buffers`).
     """
 
     def __init__(self, settings: Settings, *, n_ctx: int | None = None, extra_buffers: bool | None = None) -> None:
@@ -91,8 +91,8 @@ class LlamaBackend:
         if model.path is None:
             raise ModelLoadError("model.path is not set; point it at a GGUF file (or run `laya demo`)")
         if extra_buffers is None:
-            from laya.machine import Machine, cpu_flags
-            from laya.planner import extra_buffers as decide
+            from laya.memory.machine import Machine, cpu_flags
+            from laya.memory.planner import extra_buffers as decide
 
             extra_buffers = decide(model.cpu_extra_buffers, Machine(0, 0, cpu_flags=cpu_flags())).enabled
         self.extra_buffers = extra_buffers

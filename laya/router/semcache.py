@@ -5,14 +5,14 @@ Opt-in twice: the model (``[model] semantic_cache = true``) and the request
 meaning depends on the whole conversation), after the exact cache missed.
 
 **Scope.** Entries live in buckets keyed by a digest of everything except the
-prompt that the exact cache key holds (:func:`laya.cache.generation_params`):
+prompt that the exact cache key holds (:func:`laya.router.cache.generation_params`):
 the model, ``max_tokens``, every sampling parameter, the stop strings and the
 response format with its schema. A lookup only searches its own bucket, so an
 answer never crosses models, schemas or sampling parameters.
 
 **Match.** The nearest stored prompts whose embedding similarity reaches
 ``router.semantic_threshold`` are checked, nearest first, by
-:mod:`laya.verifier`; the first that passes answers, with ``route:
+:mod:`laya.router.verifier`; the first that passes answers, with ``route:
 "cache:semantic"`` and its ``similarity``. An embedding alone would answer
 "do not refund my order" with the answer to "refund my order".
 
@@ -37,21 +37,21 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from laya.cache import generation_params
-from laya.embedder import TextEmbedder
+from laya.router.cache import generation_params
+from laya.router.embedder import TextEmbedder
+from laya.router.verifier import Words, analyse, verify
 from laya.schema import Request
-from laya.verifier import Words, analyse, verify
 
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
 
     from laya.keys import Keys
-    from laya.router import Flight
+    from laya.router.ingress import Flight
 
 __all__ = ["Hit", "SemanticCache", "SemanticCacheStage", "record", "scope_of", "wants_semantic"]
 
-log = logging.getLogger("laya.semcache")
+log = logging.getLogger("laya.router.semcache")
 
 _CHECKED = 8
 """Nearest candidates the verifier looks at before the lookup gives up."""

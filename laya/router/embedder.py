@@ -26,11 +26,11 @@ from laya.errors import LayaError
 
 if TYPE_CHECKING:
     from laya.config import Settings
-    from laya.rules import RuleSet
+    from laya.router.rules import RuleSet
 
 __all__ = ["Embedder", "EmbedderUnavailable", "TextEmbedder", "Vector", "load_embedder", "semantic_embedder"]
 
-log = logging.getLogger("laya.embedder")
+log = logging.getLogger("laya.router.embedder")
 
 Vector = npt.NDArray[np.float32]
 

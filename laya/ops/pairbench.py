@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from laya.errors import FileAccessError, InvalidRequest
-from laya.stats import percentile
+from laya.ops.stats import percentile
 
 __all__ = ["Pair", "PairBench", "read_pairs", "run_pair_bench"]
 
@@ -121,9 +121,9 @@ class PairBench:
 
 
 def run_pair_bench(path: Path | None, *, threshold: float = 0.7) -> PairBench:
-    from laya.embedder import load_embedder
-    from laya.semcache import SemanticCache
-    from laya.verifier import analyse, verify
+    from laya.router.embedder import load_embedder
+    from laya.router.semcache import SemanticCache
+    from laya.router.verifier import analyse, verify
 
     if path is None:
         raise InvalidRequest("give the labelled pairs: --pairs FILE.jsonl (tests/data/semantic_pairs.jsonl is one)",

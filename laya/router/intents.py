@@ -13,7 +13,7 @@ among equals the one with the nearest example. The answer is the rule's own
 ``similarity`` in the result.
 
 Every example of every rule is embedded once, when the rules are loaded, into
-one :class:`~laya.vectorindex.VectorIndex`.
+one :class:`~laya.router.vectorindex.VectorIndex`.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from laya.embedder import TextEmbedder
-from laya.rules import Rule, RuleSet
-from laya.text import normalise
-from laya.vectorindex import VectorIndex
+from laya.router.embedder import TextEmbedder
+from laya.router.rules import Rule, RuleSet
+from laya.router.text import normalise
+from laya.router.vectorindex import VectorIndex
 
 if TYPE_CHECKING:
     from redis import Redis
 
-    from laya.router import Flight
+    from laya.router.ingress import Flight
 
 __all__ = ["IntentIndex", "IntentMatch", "IntentStage"]
 

@@ -29,15 +29,15 @@ from rq.registry import StartedJobRegistry
 
 from laya.connection import release_lock
 from laya.errors import InferenceError
-from laya.jobs import is_laya_job, job_error_result, job_reply_to
 from laya.results import ResultStore
+from laya.worker.jobs import is_laya_job, job_error_result, job_reply_to
 
 if TYPE_CHECKING:
     from rq import Queue
 
 __all__ = ["Reaper"]
 
-log = logging.getLogger("laya.reaper")
+log = logging.getLogger("laya.router.reaper")
 
 LOCK_TTL_S = 30
 

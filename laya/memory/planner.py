@@ -35,8 +35,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from laya.machine import GiB, Machine, MiB
-from laya.modelfile import ModelInfo
+from laya.memory.machine import GiB, Machine, MiB
+from laya.memory.modelfile import ModelInfo
 
 if TYPE_CHECKING:
     from laya.config import Settings

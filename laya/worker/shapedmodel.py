@@ -1,6 +1,6 @@
 """Write GGUF models with real architectures' shapes and quantisations, answering deterministically.
 
-The tiny model (:mod:`laya.tinymodel`) is F16 and 288 wide: llama.cpp never takes
+The tiny model (:mod:`laya.worker.tinymodel`) is F16 and 288 wide: llama.cpp never takes
 the code paths a user's download takes. Those paths differ by quantisation (CPU
 repack and AMX kernels exist only for quantised weights), by shape (grouped-query
 attention, a head size that is not ``n_embd / n_head``, a 150,000-token output
@@ -12,7 +12,7 @@ as many layers as a test can afford.
 The weights are random except where they steer the output, as the tiny model's
 do: embeddings of the 259 byte and control tokens are one-hot, the output matrix
 maps each of them to the next letter (so ``"hello"`` is answered ``"pqrstuvwxyz"``,
-see :func:`laya.tinymodel.expected_completion`), and the attention output and FFN
+see :func:`laya.worker.tinymodel.expected_completion`), and the attention output and FFN
 down projections are small enough that the random layers cannot change the
 argmax. Every other weight is random and every matrix product runs at full size.
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from laya.tinymodel import VOCAB, next_token_table, vocabulary
+from laya.worker.tinymodel import VOCAB, next_token_table, vocabulary
 
 if TYPE_CHECKING:
     import gguf

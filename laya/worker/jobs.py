@@ -29,29 +29,29 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from pydantic import ValidationError
 
-from laya.backend import Controls
-from laya.cache import cacheable
 from laya.codec import encode_result, error_result
 from laya.connection import release_lock
 from laya.errors import Expired, LayaError
+from laya.router.cache import cacheable
+from laya.router.semcache import record
 from laya.schema import ErrorInfo, Request, Result, Timings, Usage
-from laya.semcache import record
 from laya.streaming import StreamWriter, add_end
 from laya.structured import parse_answer
+from laya.worker.backend import Controls
 
 if TYPE_CHECKING:
     from redis import Redis
     from rq.job import Job
 
-    from laya.backend import LLMBackend
     from laya.keys import Keys
-    from laya.metrics import WorkerMetrics
+    from laya.ops.metrics import WorkerMetrics
     from laya.results import ResultStore
+    from laya.worker.backend import LLMBackend
 
 __all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job",
            "job_error_result", "job_reply_to"]
 
-JOB_FUNCTION = "laya.jobs.generate"
+JOB_FUNCTION = "laya.worker.jobs.generate"
 ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
 
 log = logging.getLogger("laya.worker")
@@ -120,7 +120,7 @@ def job_reply_to(job: Job) -> str | None:
 def generate(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one routed request on the loaded model and write its result."""
     if _runtime is None:
-        raise RuntimeError("laya.jobs.generate runs only inside `laya worker`")
+        raise RuntimeError("laya.worker.jobs.generate runs only inside `laya worker`")
     rt = _runtime
     started = time.time()
     request = Request.model_validate(payload["request"])

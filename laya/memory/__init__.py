@@ -1,0 +1,1 @@
+"""The memory planner and what it reads: the GGUF header, the machine, sets of models."""
