@@ -33,9 +33,12 @@ def test_chat_request_text_is_last_user_message() -> None:
 
 @pytest.mark.parametrize(("fields", "code", "field", "says"), [
     ({b"x": b"1"}, "invalid_request", "r", ["got 'x'", "XADD the request JSON under the field 'r'"]),
-    ({b"r": b"{not json"}, "invalid_json", None, ["not valid UTF-8 JSON", "line 1 column 2"]),
-    ({b"r": b"\xff\xfe\x00"}, "invalid_json", None, ["not valid UTF-8"]),
-    ({b"r": b"[1, 2]"}, "invalid_request", None, ["must be a JSON object", "got list"]),
+    ({b"r": b"{not json"}, "invalid_json", None,
+     ["not valid UTF-8 JSON", "line 1 column 2", "encode it with a JSON library"]),
+    ({b"r": b"\xff\xfe\x00"}, "invalid_json", None, ["str is not valid UTF-8", "as UTF-8"]),
+    ({b"r": b"[1, 2]"}, "invalid_request", None,
+     ["must be a JSON object, got an array", 'send {"prompt": "..."} or {"messages": [...]}']),
+    ({b"r": b"7"}, "invalid_request", None, ["got a number (7)", 'send {"prompt": "..."}']),
     (entry({"prompt": 42}), "invalid_request", "prompt", ["'prompt' = 42", "should be a valid string"]),
     (entry({"prompt": "   "}), "invalid_request", None, ["'prompt' is empty", "send the text"]),
     (entry({}), "invalid_request", None, ["give exactly one of 'prompt' or 'messages'"]),
@@ -59,7 +62,7 @@ def test_chat_request_text_is_last_user_message() -> None:
      ["20013 bytes", "over the limit of 10000", "send a shorter prompt or split the work"]),
     (entry({"messages": [{"role": "user", "content": "m"}] * 5}), "too_large", "messages",
      ["5 messages", "over the limit of 4", "shorten the conversation"]),
-    ({b"r": b"[" * 5000 + b"]" * 5000}, "invalid_json", None, ["depth limit exceeded"]),
+    ({b"r": b"[" * 5000 + b"]" * 5000}, "invalid_json", None, ["depth limit exceeded", "encode it with a JSON"]),
 ])
 def test_bad_entries_give_a_code_and_say_what_to_fix(fields: dict[bytes, bytes], code: str, field: str | None,
                                                      says: list[str]) -> None:
