@@ -231,7 +231,7 @@ class TripWire:
 
     def run(self, flights: list[Flight], redis: Redis) -> None:
         for flight in flights:
-            if flight.normalised == "trip the wire":
+            if b"trip the wire" in flight.fields.get(b"r", b""):  # raw: it may run before the decode stage
                 if self.effect == "raise":
                     raise RuntimeError("a bug")
                 flight.model = "no-such-queue"  # the commit cannot enqueue it
@@ -252,6 +252,22 @@ def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis,
     assert Queue("laya:llm:default:normal", connection=redis, serializer="json").job_ids == [story]
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
     assert router.admission.depth(("default", "normal")) == 1  # a failed admission is released
+
+
+def test_a_bug_before_decoding_answers_the_identity_the_entry_names(settings: Settings, redis: Redis) -> None:
+    """A bug before the request is decoded (in the decoder, say): its error still reaches the producer, under
+    the id and on the reply channel the entry names, or under the stream entry id when its id is unusable."""
+    router = make_router(settings, redis)
+    router.stages.insert(0, TripWire("raise"))
+    client = Client(redis)
+    channel = client.new_channel()
+    for request_id in ("named", "bad id!"):
+        entry = orjson.dumps({"id": request_id, "prompt": "trip the wire", "reply_to": channel})
+        entry_id = redis.xadd("laya:ingress", {"r": entry}).decode()
+    pump(router)
+    answers = {r.id: r for r in client.poll_channel(channel, timeout=5)}
+    assert set(answers) == {"named", entry_id}
+    assert {r.route for r in answers.values()} == {"error:internal"}
 
 
 def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Settings, tmp_path: Path) -> None:
