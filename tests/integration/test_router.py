@@ -19,7 +19,7 @@ from laya.codec import FIELD
 from laya.config import Settings
 from laya.errors import InvalidRequest
 from laya.jobs import JOB_FUNCTION
-from laya.router import Flight, Router
+from laya.router import DecodeStage, Flight, Router
 
 from ..conftest import Server
 
@@ -254,11 +254,24 @@ def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis,
     assert router.admission.depth(("default", "normal")) == 1  # a failed admission is released
 
 
+class BuggyDecoder:
+    """The decode stage with a bug that one request trips."""
+
+    name = "decode"
+
+    def __init__(self, decode: DecodeStage) -> None:
+        self.decode = decode
+
+    def run(self, flights: list[Flight], redis: Redis) -> None:
+        TripWire("raise").run(flights, redis)
+        self.decode.run(flights, redis)
+
+
 def test_a_bug_before_decoding_answers_the_identity_the_entry_names(settings: Settings, redis: Redis) -> None:
-    """A bug before the request is decoded (in the decoder, say): its error still reaches the producer, under
+    """A bug in the decoder: its error still reaches the producer, under
     the id and on the reply channel the entry names, or under the stream entry id when its id is unusable."""
     router = make_router(settings, redis)
-    router.stages.insert(0, TripWire("raise"))
+    router.stages[0] = BuggyDecoder(router.decode_stage)
     client = Client(redis)
     channel = client.new_channel()
     for request_id in ("named", "bad id!"):
