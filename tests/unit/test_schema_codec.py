@@ -103,6 +103,18 @@ def test_salvage_identity_keeps_a_valid_id_and_reply_channel() -> None:
     assert salvage_identity(entry({"id": "bad id!", "reply_to": "../x"}), "2-0") == ("2-0", None)
 
 
+def test_salvage_identity_reads_entries_up_to_4_mb_only() -> None:
+    """Past the bound, parsing a hostile entry only to name its error costs more than the name is worth."""
+    head = b'{"id": "job-1", "prompt": "'
+
+    def sized(n: int) -> dict[bytes, bytes]:
+        return {b"r": head + b"x" * (n - len(head) - 2) + b'"}'}
+
+    assert len(sized(4_000_000)[b"r"]) == 4_000_000
+    assert salvage_identity(sized(4_000_000), "1-0") == ("job-1", None)
+    assert salvage_identity(sized(4_000_001), "1-0") == ("1-0", None)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.binary(max_size=4), st.binary(max_size=300), max_size=3))
 def test_any_bytes_decode_or_raise_request_error(fields: dict[bytes, bytes]) -> None:
