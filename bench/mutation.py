@@ -14,7 +14,7 @@ no test notices ("survived") is a guarantee no test protects. The modules:
 * ``laya/results.py``: the write-once result script and its callers;
 * ``laya/reaper.py``: lost jobs, retries, non-Laya jobs in the started registry;
 * ``laya/codec.py``: the size limits and the bad-input messages;
-* ``laya/router.py``: admission and the atomic commit.
+* ``laya/router.py``: admission (per model and lane, deadlines) and the atomic commit.
 
 Only the functions that carry those guarantees are mutated (``GUARANTEES``,
 mutmut's mutant-name globs; class methods are ``x«Class»method``): mutating the
@@ -55,6 +55,7 @@ GUARANTEES = [
     "laya.router.x\u01c1Router\u01c1commit*",
     "laya.router.x\u01c1Router\u01c1_write*",
     "laya.router.x\u01c1Router\u01c1_job_data*",
+    "laya.router.x_accepted_at*",  # a deadline's start
     "laya.router.x__admitted*",
     "laya.router.x__fail*",
 ]
@@ -65,6 +66,7 @@ TESTS = [
     "tests/integration/test_worker.py",
     "tests/integration/test_security.py",
     "tests/integration/test_faults.py",
+    "tests/integration/test_pipeline_features.py",
     # Tests that run `laya` (or a worker script) as a subprocess see the installed, unmutated package.
     "-k", ("not password and not tls and not killed and not real_processes and not sigterm and not aof "
            "and not duplicate_delivery and not overload and not cannot_reach and not signal and not reclaimed "
