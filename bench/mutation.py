@@ -17,7 +17,7 @@ no test notices ("survived") is a guarantee no test protects. The modules:
 * ``laya/router.py``: admission (per model and lane, deadlines) and the atomic commit.
 
 Only the functions that carry those guarantees are mutated (``GUARANTEES``,
-mutmut's mutant-name globs; class methods are ``x«Class»method``): mutating the
+mutmut's mutant-name globs; class methods are ``xǁClassǁmethod``): mutating the
 router's other stages and the codec's message wording would take hours and
 test things the guarantees do not rest on.
 
