@@ -263,6 +263,31 @@ def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settin
     assert client.wait(other_id, timeout=5).route == "model:default"
 
 
+def test_the_reaper_drops_ids_of_refused_or_deleted_jobs_and_leaves_a_running_one(settings: Settings,
+                                                                                  redis: Redis) -> None:
+    """A worker on one queue (``rq worker`` on one lane, say) dequeues by moving the id to the queue's
+    intermediate list; a job it refused (not Laya's), or one deleted since, leaves its id there. The
+    reaper drops such ids instead of queueing the job for another refusal, and leaves a running job's id
+    to its worker."""
+    client = Client(redis)
+    running_id = client.submit("a story", max_tokens=4)
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    router.handle(router.read_batch())
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
+    intermediate = queue.intermediate_queue
+    start_like_a_worker_that_then_dies(settings, redis)  # started, and its heartbeat has not run out
+    redis.rpush(intermediate.key, running_id)
+    queue.enqueue("os.getcwd", job_id="foreign")
+    redis.lmove(queue.key, intermediate.key, "LEFT", "RIGHT")
+    redis.rpush(intermediate.key, "gone")
+    for job_id in ("foreign", "gone"):  # seen long ago: past any grace
+        redis.set(intermediate.get_first_seen_key(job_id), time.time() - 3600)
+    router.reaper.run_once()
+    assert intermediate.get_job_ids() == [running_id] and queue.job_ids == []
+    assert not redis.exists(intermediate.get_first_seen_key("foreign"), intermediate.get_first_seen_key("gone"))
+
+
 def start_like_a_worker_that_then_dies(settings: Settings, redis: Redis, queue_name: str = "laya:llm:default:normal") -> Job:
     """Take the first job off the model queue and mark it started, as Laya's worker does right
     before it runs a job; a worker SIGKILLed during the job leaves exactly this behind (a real kill
