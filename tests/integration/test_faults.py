@@ -267,10 +267,10 @@ def test_the_reaper_drops_ids_of_refused_or_deleted_jobs_and_leaves_a_running_on
                                                                                   redis: Redis) -> None:
     """A worker on one queue (``rq worker`` on one lane, say) dequeues by moving the id to the queue's
     intermediate list; a job it refused (not Laya's), or one deleted since, leaves its id there. The
-    reaper drops such ids instead of queueing the job for another refusal, and leaves a running job's id
-    to its worker."""
+    reaper drops such ids instead of queueing the job for another refusal, and leaves to their worker a
+    running job's id and one taken a moment ago."""
     client = Client(redis)
-    running_id = client.submit("a story", max_tokens=4)
+    running_id, young_id = client.submit("a story", max_tokens=4), client.submit("another story", max_tokens=4)
     router = Router(settings, redis, consumer="test")
     router.ensure_group()
     router.handle(router.read_batch())
@@ -278,13 +278,15 @@ def test_the_reaper_drops_ids_of_refused_or_deleted_jobs_and_leaves_a_running_on
     intermediate = queue.intermediate_queue
     start_like_a_worker_that_then_dies(settings, redis)  # started, and its heartbeat has not run out
     redis.rpush(intermediate.key, running_id)
+    redis.lmove(queue.key, intermediate.key, "LEFT", "RIGHT")
+    redis.set(intermediate.get_first_seen_key(young_id), time.time())  # inside the grace
     queue.enqueue("os.getcwd", job_id="foreign")
     redis.lmove(queue.key, intermediate.key, "LEFT", "RIGHT")
     redis.rpush(intermediate.key, "gone")
     for job_id in ("foreign", "gone"):  # seen long ago: past any grace
         redis.set(intermediate.get_first_seen_key(job_id), time.time() - 3600)
     router.reaper.run_once()
-    assert intermediate.get_job_ids() == [running_id] and queue.job_ids == []
+    assert intermediate.get_job_ids() == [running_id, young_id] and queue.job_ids == []
     assert not redis.exists(intermediate.get_first_seen_key("foreign"), intermediate.get_first_seen_key("gone"))
 
 
