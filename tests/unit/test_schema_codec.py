@@ -85,6 +85,13 @@ def test_a_value_too_long_to_show_is_cut_and_a_container_is_described() -> None:
     assert "'prompt' = <list of 1000 items>" in info.value.message
 
 
+def test_a_value_is_shown_whole_up_to_80_characters_then_cut_to_80() -> None:
+    for n, shown in ((78, repr("!" * 78)), (79, repr("!" * 79)[:77] + "...")):
+        with pytest.raises(RequestError) as info:
+            decode_request(entry({"prompt": "a", "id": "!" * n}), LIMITS)
+        assert len(shown) == 80 and info.value.message.startswith(f"field 'id' = {shown}: ")
+
+
 def test_several_problems_are_counted() -> None:
     with pytest.raises(RequestError) as info:
         decode_request(entry({"prompt": 5, "temperature": "hot", "top_k": "x"}), LIMITS)
