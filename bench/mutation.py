@@ -74,7 +74,7 @@ TESTS = [
 ]
 
 
-def mutmut_config(modules: list[str]) -> str:
+def mutmut_config(modules: list[str], tests: list[str]) -> str:
     def toml_list(items: list[str]) -> str:
         return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
@@ -83,7 +83,7 @@ def mutmut_config(modules: list[str]) -> str:
         f"source_paths = {toml_list(['laya'])}\n"
         f"only_mutate = {toml_list(modules)}\n"
         f"also_copy = {toml_list(['tests', 'configs'])}\n"
-        f"pytest_add_cli_args_test_selection = {toml_list(TESTS)}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         # llama.cpp's CPU threads do not survive a fork: a mutant forked from the process that ran the
         # tests to collect coverage hangs in its first generation. The fork server has run none.
         'process_isolation = "forkserver"\n'
@@ -93,14 +93,14 @@ def mutmut_config(modules: list[str]) -> str:
     )
 
 
-def prepare(workdir: Path, modules: list[str]) -> None:
+def prepare(workdir: Path, modules: list[str], tests: list[str]) -> None:
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     for name in ("laya", "tests", "configs"):
         shutil.copytree(ROOT / name, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
     pyproject = (ROOT / "pyproject.toml").read_text()
-    (workdir / "pyproject.toml").write_text(pyproject + mutmut_config(modules))
+    (workdir / "pyproject.toml").write_text(pyproject + mutmut_config(modules, tests))
 
 
 def mutmut(workdir: Path, *args: str, check: bool = True) -> str:
@@ -112,22 +112,45 @@ def mutmut(workdir: Path, *args: str, check: bool = True) -> str:
     return done.stdout
 
 
-def report(workdir: Path, globs: list[str], elapsed_s: float | None) -> str:
-    """Every selected mutant's status, then each survivor's diff."""
+def statuses(workdir: Path, globs: list[str]) -> dict[str, str]:
+    """Status of each mutant the globs select, as the run in ``workdir`` left it."""
     listing = mutmut(workdir, "results", "--all", "true", check=False)
-    lines = [line.strip() for line in listing.splitlines() if ":" in line]
-    lines = [line for line in lines if any(fnmatch.fnmatch(line.rsplit(":", 1)[0].strip(), g) for g in globs)]
-    statuses: dict[str, int] = {}
-    for line in lines:
-        status = line.rsplit(":", 1)[1].strip()
-        statuses[status] = statuses.get(status, 0) + 1
-    survivors = [line.rsplit(":", 1)[0].strip() for line in lines if line.endswith(": survived")]
-    out = ["mutmut on " + " ".join(globs) + (f"; {elapsed_s / 60:.0f} min" if elapsed_s else ""),
+    found = {}
+    for line in listing.splitlines():
+        name, _, status = line.strip().rpartition(":")
+        if name and any(fnmatch.fnmatch(name.strip(), g) for g in globs):
+            found[name.strip()] = status.strip()
+    return found
+
+
+def report(workdirs: list[Path], globs: list[str], note: str) -> str:
+    """Every selected mutant's status (merged over the workdirs: a result beats "not checked"), then each
+    survivor's diff and the mutants not run, by function."""
+    merged: dict[str, tuple[str, Path]] = {}
+    for workdir in workdirs:
+        for name, status in statuses(workdir, globs).items():
+            if name not in merged or merged[name][0] == "not checked":
+                merged[name] = (status, workdir)
+    counts: dict[str, int] = {}
+    not_run: dict[str, int] = {}
+    for name, (status, _) in merged.items():
+        counts[status] = counts.get(status, 0) + 1
+        if status == "not checked":
+            function = name.rsplit("__mutmut_", 1)[0]
+            not_run[function] = not_run.get(function, 0) + 1
+    out = ["mutmut on " + " ".join(globs) + (f"; {note}" if note else ""),
            "tests: " + " ".join(TESTS), "",
-           "status counts: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())), ""]
-    for name in survivors:
-        out += [f"== {name}", mutmut(workdir, "show", name, check=False).strip(), ""]
+           "status counts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
+    if not_run:
+        out += ["not run: " + ", ".join(f"{f} ({n})" for f, n in sorted(not_run.items())), ""]
+    for name, (status, workdir) in sorted(merged.items()):
+        if status == "survived":
+            out += [f"== {name}", mutmut(workdir, "show", name, check=False).strip(), ""]
     return "\n".join(out) + "\n"
+
+
+def unfinished(workdir: Path, globs: list[str]) -> list[str]:
+    return [name for name, status in statuses(workdir, globs).items() if status == "not checked"]
 
 
 def main() -> None:
@@ -136,20 +159,33 @@ def main() -> None:
                         help="mutant-name globs to run (default: the guarantee functions)")
     parser.add_argument("--children", type=int, default=1, help="mutmut children (each runs the tests once)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "laya-mutation")
-    parser.add_argument("--list", action="store_true", help="report the last run in --workdir, run nothing")
+    parser.add_argument("--tests", nargs="+", metavar="FILE",
+                        help="test files to run instead of the default ones (a fresh --workdir)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep --workdir and its results; run only the selected mutants it has not run")
+    parser.add_argument("--also", type=Path, nargs="*", default=[], metavar="WORKDIR",
+                        help="other runs' workdirs whose results the report merges in")
+    parser.add_argument("--list", action="store_true", help="report the runs in the workdirs, run nothing")
     args = parser.parse_args()
-    elapsed = None
+    note = ""
     if not args.list:
-        prepare(args.workdir, MODULES)
+        names = args.globs
+        if args.resume:
+            names = unfinished(args.workdir, args.globs)
+            if not names:  # with no names mutmut would run every unrun mutant of the modules
+                raise SystemExit(f"nothing left to run in {args.workdir}")
+        else:
+            tests = [*(args.tests or [t for t in TESTS if t.endswith(".py")]), *TESTS[-2:]]
+            prepare(args.workdir, MODULES, tests)
         started = time.monotonic()
         # Progress goes to a log (tail it); mutmut's own spinner would be captured until the end.
-        with (args.workdir / "mutmut.log").open("w") as log:
+        with (args.workdir / "mutmut.log").open("a") as log:
             done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.children),
-                                   *args.globs], cwd=args.workdir, stdout=log, stderr=subprocess.STDOUT, check=False)
+                                   *names], cwd=args.workdir, stdout=log, stderr=subprocess.STDOUT, check=False)
         if done.returncode != 0:
             raise SystemExit(f"mutmut run failed ({done.returncode}); see {args.workdir / 'mutmut.log'}")
-        elapsed = time.monotonic() - started
-    text = report(args.workdir, args.globs, elapsed)
+        note = f"{(time.monotonic() - started) / 60:.0f} min"
+    text = report([args.workdir, *args.also], args.globs, note)
     (RESULTS / "mutation_run.txt").write_text(text)
     print(text)
 
