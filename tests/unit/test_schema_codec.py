@@ -33,6 +33,8 @@ def test_chat_request_text_is_last_user_message() -> None:
 
 @pytest.mark.parametrize(("fields", "code", "field", "says"), [
     ({b"x": b"1"}, "invalid_request", "r", ["got 'x'", "XADD the request JSON under the field 'r'"]),
+    ({k.encode(): b"1" for k in "abcdef"}, "invalid_request", "r", ["(got 'a', 'b', 'c', 'd', 'e'); "]),
+    ({}, "invalid_request", "r", ["(got no fields); "]),
     ({b"r": b"{not json"}, "invalid_json", None,
      ["not valid UTF-8 JSON", "line 1 column 2", "encode it with a JSON library"]),
     ({b"r": b"\xff\xfe\x00"}, "invalid_json", None, ["str is not valid UTF-8", "as UTF-8"]),
@@ -99,8 +101,13 @@ def test_several_problems_are_counted() -> None:
 
 
 def test_unknown_model_lists_the_known_ones() -> None:
-    with pytest.raises(UnknownModel, match="known: default"):
-        decode_request(entry({"prompt": "a", "model": "nope"}), LIMITS)
+    limits = Limits(models=frozenset({"default", "big"}))
+    with pytest.raises(UnknownModel, match="known: big, default$"):
+        decode_request(entry({"prompt": "a", "model": "nope"}), limits)
+
+
+def test_max_tokens_at_the_limit_is_accepted() -> None:
+    assert decode_request(entry({"prompt": "a", "max_tokens": 100}), LIMITS).max_tokens == 100
 
 
 def test_salvage_identity_keeps_a_valid_id_and_reply_channel() -> None:
