@@ -17,12 +17,13 @@ import pytest
 from redis import Redis
 from rq import Queue
 
-from laya.backend import LlamaBackend
+from laya.backend import Controls, Generation, LlamaBackend
 from laya.client import Chunk, Client
 from laya.config import Settings
 from laya.keys import Keys
+from laya.results import ResultStore
 from laya.router import Router
-from laya.schema import Result
+from laya.schema import Request, Result
 from laya.worker import run_worker
 
 SCHEMAS: dict[str, dict[str, Any]] = {
@@ -233,6 +234,29 @@ def test_a_retried_job_tells_readers_to_start_over(settings: Settings, redis: Re
     assert resets == [1]
     text = "".join(c.text for c in items[resets[0] + 1:] if isinstance(c, Chunk))
     assert isinstance(items[-1], Result) and text == items[-1].text == "pqrstuvwxyz"
+
+
+class AnsweredMeanwhile(LlamaBackend):
+    """Another worker answers each request while this one generates it (a duplicate delivery)."""
+
+    def __init__(self, settings: Settings, redis: Redis) -> None:
+        super().__init__(settings)
+        self.results = ResultStore(redis, Keys(), ttl_s=60)
+
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
+        self.results.write(Result(id=request.id, route="model:default", ok=True, text="first"), None)
+        return super().generate(request, max_tokens=max_tokens, controls=controls)
+
+
+def test_the_stream_ends_with_the_result_kept_when_another_worker_answered_first(settings: Settings,
+                                                                                redis: Redis) -> None:
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=8, stream=True)
+    route_all(settings, redis)
+    work(settings, redis, AnsweredMeanwhile(settings, redis))
+    items = list(client.follow(request_id, timeout=5))
+    assert isinstance(items[-1], Result) and items[-1].text == "first"  # what every reader of the id gets
+    assert client.result(request_id).text == "first"  # type: ignore[union-attr]
 
 
 # -- priority lanes -----------------------------------------------------------------------------------
