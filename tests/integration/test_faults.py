@@ -23,7 +23,7 @@ from laya.client import Client
 from laya.config import Settings
 from laya.reaper import Reaper
 from laya.router import Router
-from laya.schema import LANES, Result
+from laya.schema import Result
 from laya.worker import LayaWorker, _StopSignal, run_worker
 
 from ..conftest import Server
@@ -261,27 +261,6 @@ def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settin
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     assert client.wait(request_id, timeout=5).route == "model:default"
     assert client.wait(other_id, timeout=5).route == "model:default"
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "with priority lanes a worker listens to three queues, and RQ dequeues from several with BLPOP: no "
-    "intermediate list, so a worker killed before it starts the job loses the job for good"))
-def test_a_job_a_lane_worker_took_and_never_started_is_requeued(settings: Settings, redis: Redis) -> None:
-    client = Client(redis)
-    request_id = client.submit("a story", max_tokens=4)
-    router = Router(settings, redis, consumer="test")
-    router.ensure_group()
-    router.handle(router.read_batch())
-    lanes = [Queue(f"laya:llm:default:{lane}", connection=redis, serializer="json") for lane in LANES]
-    with _StopSignal() as stop:
-        doomed = LayaWorker(lanes, settings=settings, backend=LlamaBackend(settings), connection=redis, stop=stop,
-                            name="doomed-lanes")
-    taken = doomed.dequeue_job_and_maintain_ttl(timeout=1)  # what `laya worker` does; then it is SIGKILLed
-    assert taken is not None and taken[0].id == request_id
-    ttl = settings.runtime.heartbeat_ttl_s
-    router.reaper.run_once()
-    router.reaper.run_once(now=time.time() + ttl + 1)
-    assert Queue("laya:llm:default:normal", connection=redis, serializer="json").job_ids == [request_id]
 
 
 def test_the_reaper_drops_ids_of_refused_or_deleted_jobs_and_leaves_a_running_one(settings: Settings,
