@@ -287,6 +287,19 @@ def test_a_bug_before_decoding_answers_the_identity_the_entry_names(settings: Se
     assert {r.route for r in answers.values()} == {"error:internal"}
 
 
+class ServerKiller:
+    """A last stage that takes the server down once the batch is admitted."""
+
+    name = "outage"
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def run(self, flights: list[Flight], redis: Redis) -> None:
+        assert all(flight.enqueue for flight in flights)
+        self.server.kill()
+
+
 def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Settings, tmp_path: Path) -> None:
     server = Server(tmp_path / "outage").start()
     try:
@@ -295,9 +308,9 @@ def test_a_commit_lost_to_a_redis_outage_releases_its_admissions(settings: Setti
         router.ensure_group()
         client = Client(redis)
         for i in range(3):
-            client.submit(f"story {i}", cache=False)  # no cache read: Redis is first needed by the commit
+            client.submit(f"story {i}", cache=False)
         entries = router.read_batch()
-        server.kill()
+        router.stages.append(ServerKiller(server))  # after admission read the lanes: the commit meets the outage
         with pytest.raises(RedisConnectionError):
             router.handle(entries)
         assert router.admission.depth(("default", "normal")) == 0  # else the bound shrinks with every outage
