@@ -1,9 +1,11 @@
 """Mutation testing of the modules that carry Laya's guarantees (slow: not part of CI).
 
     .venv/bin/pip install -e ".[test,dev]"
-    nice -n 15 python bench/mutation.py           # the guarantee functions, one child: about an hour
+    nice -n 15 python bench/mutation.py           # the guarantee functions, one child (hours on two cores)
     python bench/mutation.py 'laya.reaper.*'      # the functions one glob names
-    python bench/mutation.py --list               # what the last run left, without running again
+    python bench/mutation.py --resume             # go on with what a stopped run left
+    python bench/mutation.py --workdir /tmp/codec 'laya.codec.x_decode_request*' --tests tests/unit/test_schema_codec.py
+    python bench/mutation.py --list --also /tmp/codec   # report, merging another run's results
 
 mutmut changes the code one small step at a time (``==`` to ``!=``, a constant, a
 deleted call) and runs the tests that reach the changed function; a change that
