@@ -1,9 +1,11 @@
 """Mutation testing of the modules that carry Laya's guarantees (slow: not part of CI).
 
     .venv/bin/pip install -e ".[test,dev]"
-    python bench/mutation.py                      # every guarantee module; hours on two cores
-    python bench/mutation.py laya/worker/jobs.py         # one module
-    python bench/mutation.py --list               # what the last run left, without running again
+    nice -n 15 python bench/mutation.py           # the guarantee functions, one child (hours on two cores)
+    python bench/mutation.py 'laya.router.reaper.*'      # the functions one glob names
+    python bench/mutation.py --resume             # go on with what a stopped run left
+    python bench/mutation.py --workdir /tmp/codec 'laya.codec.x_decode_request*' --tests tests/unit/test_schema_codec.py
+    python bench/mutation.py --list --also /tmp/codec   # report, merging another run's results
 
 mutmut changes the code one small step at a time (``==`` to ``!=``, a constant, a
 deleted call) and runs the tests that reach the changed function; a change that
@@ -14,7 +16,12 @@ no test notices ("survived") is a guarantee no test protects. The modules:
 * ``laya/results.py``: the write-once result script and its callers;
 * ``laya/router/reaper.py``: lost jobs, retries, non-Laya jobs in the started registry;
 * ``laya/codec.py``: the size limits and the bad-input messages;
-* ``laya/router/ingress.py``: admission, the atomic commit and the stage order.
+* ``laya/router/ingress.py``: admission (per model and lane, deadlines) and the atomic commit.
+
+Only the functions that carry those guarantees are mutated (``GUARANTEES``,
+mutmut's mutant-name globs; class methods are ``xǁClassǁmethod``): mutating the
+router's other stages and the codec's message wording would take hours and
+test things the guarantees do not rest on.
 
 It runs in a copy of the checkout (``--workdir``, default a temporary folder),
 so the working tree is never changed, and only the in-process tests of those
@@ -27,6 +34,7 @@ reviewed account: which survivors are equivalent, and why.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import shutil
 import subprocess
 import sys
@@ -38,6 +46,21 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 MODULES = ["laya/worker/jobs.py", "laya/results.py", "laya/router/reaper.py", "laya/codec.py", "laya/router/ingress.py"]
+GUARANTEES = [
+    "laya.worker.jobs.*",  # the allowlist, the duplicate guards, a failed job's answer
+    "laya.results.*",  # the write-once script and its callers
+    "laya.router.reaper.*",
+    "laya.codec.x_decode_request*",  # the limits
+    "laya.codec.x_salvage_identity*",
+    "laya.codec.x__short_repr*",  # the bound on a hostile value's echo
+    "laya.router.ingress.x\u01c1AdmissionStage\u01c1*",
+    "laya.router.ingress.x\u01c1Router\u01c1commit*",
+    "laya.router.ingress.x\u01c1Router\u01c1_write*",
+    "laya.router.ingress.x\u01c1Router\u01c1_job_data*",
+    "laya.router.ingress.x_accepted_at*",  # a deadline's start
+    "laya.router.ingress.x__admitted*",
+    "laya.router.ingress.x__fail*",
+]
 TESTS = [
     "tests/unit/test_schema_codec.py",
     "tests/unit/test_cache.py",
@@ -45,6 +68,7 @@ TESTS = [
     "tests/integration/test_worker.py",
     "tests/integration/test_security.py",
     "tests/integration/test_faults.py",
+    "tests/integration/test_pipeline_features.py",
     # Tests that run `laya` (or a worker script) as a subprocess see the installed, unmutated package.
     "-k", ("not password and not tls and not killed and not real_processes and not sigterm and not aof "
            "and not duplicate_delivery and not overload and not cannot_reach and not signal and not reclaimed "
@@ -52,7 +76,7 @@ TESTS = [
 ]
 
 
-def mutmut_config(modules: list[str]) -> str:
+def mutmut_config(modules: list[str], tests: list[str]) -> str:
     def toml_list(items: list[str]) -> str:
         return "[" + ", ".join(f'"{item}"' for item in items) + "]"
 
@@ -61,7 +85,7 @@ def mutmut_config(modules: list[str]) -> str:
         f"source_paths = {toml_list(['laya'])}\n"
         f"only_mutate = {toml_list(modules)}\n"
         f"also_copy = {toml_list(['tests', 'configs'])}\n"
-        f"pytest_add_cli_args_test_selection = {toml_list(TESTS)}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         # llama.cpp's CPU threads do not survive a fork: a mutant forked from the process that ran the
         # tests to collect coverage hangs in its first generation. The fork server has run none.
         'process_isolation = "forkserver"\n'
@@ -71,14 +95,14 @@ def mutmut_config(modules: list[str]) -> str:
     )
 
 
-def prepare(workdir: Path, modules: list[str]) -> None:
+def prepare(workdir: Path, modules: list[str], tests: list[str]) -> None:
     if workdir.exists():
         shutil.rmtree(workdir)
     workdir.mkdir(parents=True)
     for name in ("laya", "tests", "configs"):
         shutil.copytree(ROOT / name, workdir / name, ignore=shutil.ignore_patterns("__pycache__"))
     pyproject = (ROOT / "pyproject.toml").read_text()
-    (workdir / "pyproject.toml").write_text(pyproject + mutmut_config(modules))
+    (workdir / "pyproject.toml").write_text(pyproject + mutmut_config(modules, tests))
 
 
 def mutmut(workdir: Path, *args: str, check: bool = True) -> str:
@@ -90,36 +114,80 @@ def mutmut(workdir: Path, *args: str, check: bool = True) -> str:
     return done.stdout
 
 
-def report(workdir: Path, elapsed_s: float | None) -> str:
-    """Every mutant's status, then each survivor's diff."""
+def statuses(workdir: Path, globs: list[str]) -> dict[str, str]:
+    """Status of each mutant the globs select, as the run in ``workdir`` left it."""
     listing = mutmut(workdir, "results", "--all", "true", check=False)
-    lines = [line.strip() for line in listing.splitlines() if ":" in line]
-    statuses: dict[str, int] = {}
-    for line in lines:
-        status = line.rsplit(":", 1)[1].strip()
-        statuses[status] = statuses.get(status, 0) + 1
-    survivors = [line.rsplit(":", 1)[0].strip() for line in lines if line.endswith(": survived")]
-    out = ["mutmut on " + ", ".join(MODULES) + (f"; {elapsed_s / 60:.0f} min" if elapsed_s else ""),
+    found = {}
+    for line in listing.splitlines():
+        name, _, status = line.strip().rpartition(":")
+        if name and any(fnmatch.fnmatch(name.strip(), g) for g in globs):
+            found[name.strip()] = status.strip()
+    return found
+
+
+def report(workdirs: list[Path], globs: list[str], note: str) -> str:
+    """Every selected mutant's status (merged over the workdirs: a result beats "not checked"), then each
+    survivor's diff and the mutants not run, by function."""
+    merged: dict[str, tuple[str, Path]] = {}
+    for workdir in workdirs:
+        for name, status in statuses(workdir, globs).items():
+            if name not in merged or merged[name][0] == "not checked":
+                merged[name] = (status, workdir)
+    counts: dict[str, int] = {}
+    not_run: dict[str, int] = {}
+    for name, (status, _) in merged.items():
+        counts[status] = counts.get(status, 0) + 1
+        if status == "not checked":
+            function = name.rsplit("__mutmut_", 1)[0]
+            not_run[function] = not_run.get(function, 0) + 1
+    out = ["mutmut on " + " ".join(globs) + (f"; {note}" if note else ""),
            "tests: " + " ".join(TESTS), "",
-           "status counts: " + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())), ""]
-    for name in survivors:
-        out += [f"== {name}", mutmut(workdir, "show", name, check=False).strip(), ""]
+           "status counts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), ""]
+    if not_run:
+        out += ["not run: " + ", ".join(f"{f} ({n})" for f, n in sorted(not_run.items())), ""]
+    for name, (status, workdir) in sorted(merged.items()):
+        if status == "survived":
+            out += [f"== {name}", mutmut(workdir, "show", name, check=False).strip(), ""]
     return "\n".join(out) + "\n"
+
+
+def unfinished(workdir: Path, globs: list[str]) -> list[str]:
+    return [name for name, status in statuses(workdir, globs).items() if status == "not checked"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("modules", nargs="*", default=MODULES, help="modules to mutate (default: all five)")
+    parser.add_argument("globs", nargs="*", default=GUARANTEES,
+                        help="mutant-name globs to run (default: the guarantee functions)")
+    parser.add_argument("--children", type=int, default=1, help="mutmut children (each runs the tests once)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "laya-mutation")
-    parser.add_argument("--list", action="store_true", help="report the last run in --workdir, run nothing")
+    parser.add_argument("--tests", nargs="+", metavar="FILE",
+                        help="test files to run instead of the default ones (a fresh --workdir)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep --workdir and its results; run only the selected mutants it has not run")
+    parser.add_argument("--also", type=Path, nargs="*", default=[], metavar="WORKDIR",
+                        help="other runs' workdirs whose results the report merges in")
+    parser.add_argument("--list", action="store_true", help="report the runs in the workdirs, run nothing")
     args = parser.parse_args()
-    elapsed = None
+    note = ""
     if not args.list:
-        prepare(args.workdir, args.modules)
+        names = args.globs
+        if args.resume:
+            names = unfinished(args.workdir, args.globs)
+            if not names:  # with no names mutmut would run every unrun mutant of the modules
+                raise SystemExit(f"nothing left to run in {args.workdir}")
+        else:
+            tests = [*(args.tests or [t for t in TESTS if t.endswith(".py")]), *TESTS[-2:]]
+            prepare(args.workdir, MODULES, tests)
         started = time.monotonic()
-        mutmut(args.workdir, "run", "--max-children", "2")
-        elapsed = time.monotonic() - started
-    text = report(args.workdir, elapsed)
+        # Progress goes to a log (tail it); mutmut's own spinner would be captured until the end.
+        with (args.workdir / "mutmut.log").open("a") as log:
+            done = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.children),
+                                   *names], cwd=args.workdir, stdout=log, stderr=subprocess.STDOUT, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"mutmut run failed ({done.returncode}); see {args.workdir / 'mutmut.log'}")
+        note = f"{(time.monotonic() - started) / 60:.0f} min"
+    text = report([args.workdir, *args.also], args.globs, note)
     (RESULTS / "mutation_run.txt").write_text(text)
     print(text)
 

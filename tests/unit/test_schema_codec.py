@@ -33,9 +33,14 @@ def test_chat_request_text_is_last_user_message() -> None:
 
 @pytest.mark.parametrize(("fields", "code", "field", "says"), [
     ({b"x": b"1"}, "invalid_request", "r", ["got 'x'", "XADD the request JSON under the field 'r'"]),
-    ({b"r": b"{not json"}, "invalid_json", None, ["not valid UTF-8 JSON", "line 1 column 2"]),
-    ({b"r": b"\xff\xfe\x00"}, "invalid_json", None, ["not valid UTF-8"]),
-    ({b"r": b"[1, 2]"}, "invalid_request", None, ["must be a JSON object", "got list"]),
+    ({k.encode(): b"1" for k in "abcdef"}, "invalid_request", "r", ["(got 'a', 'b', 'c', 'd', 'e'); "]),
+    ({}, "invalid_request", "r", ["(got no fields); "]),
+    ({b"r": b"{not json"}, "invalid_json", None,
+     ["not valid UTF-8 JSON", "line 1 column 2", "encode it with a JSON library"]),
+    ({b"r": b"\xff\xfe\x00"}, "invalid_json", None, ["str is not valid UTF-8", "as UTF-8"]),
+    ({b"r": b"[1, 2]"}, "invalid_request", None,
+     ["must be a JSON object, got an array", 'send {"prompt": "..."} or {"messages": [...]}']),
+    ({b"r": b"7"}, "invalid_request", None, ["got a number (7)", 'send {"prompt": "..."}']),
     (entry({"prompt": 42}), "invalid_request", "prompt", ["'prompt' = 42", "should be a valid string"]),
     (entry({"prompt": "   "}), "invalid_request", None, ["'prompt' is empty", "send the text"]),
     (entry({}), "invalid_request", None, ["give exactly one of 'prompt' or 'messages'"]),
@@ -59,7 +64,7 @@ def test_chat_request_text_is_last_user_message() -> None:
      ["20013 bytes", "over the limit of 10000", "send a shorter prompt or split the work"]),
     (entry({"messages": [{"role": "user", "content": "m"}] * 5}), "too_large", "messages",
      ["5 messages", "over the limit of 4", "shorten the conversation"]),
-    ({b"r": b"[" * 5000 + b"]" * 5000}, "invalid_json", None, ["depth limit exceeded"]),
+    ({b"r": b"[" * 5000 + b"]" * 5000}, "invalid_json", None, ["depth limit exceeded", "encode it with a JSON"]),
 ])
 def test_bad_entries_give_a_code_and_say_what_to_fix(fields: dict[bytes, bytes], code: str, field: str | None,
                                                      says: list[str]) -> None:
@@ -82,6 +87,13 @@ def test_a_value_too_long_to_show_is_cut_and_a_container_is_described() -> None:
     assert "'prompt' = <list of 1000 items>" in info.value.message
 
 
+def test_a_value_is_shown_whole_up_to_80_characters_then_cut_to_80() -> None:
+    for n, shown in ((78, repr("!" * 78)), (79, repr("!" * 79)[:77] + "...")):
+        with pytest.raises(RequestError) as info:
+            decode_request(entry({"prompt": "a", "id": "!" * n}), LIMITS)
+        assert len(shown) == 80 and info.value.message.startswith(f"field 'id' = {shown}: ")
+
+
 def test_several_problems_are_counted() -> None:
     with pytest.raises(RequestError) as info:
         decode_request(entry({"prompt": 5, "temperature": "hot", "top_k": "x"}), LIMITS)
@@ -89,8 +101,13 @@ def test_several_problems_are_counted() -> None:
 
 
 def test_unknown_model_lists_the_known_ones() -> None:
-    with pytest.raises(UnknownModel, match="known: default"):
-        decode_request(entry({"prompt": "a", "model": "nope"}), LIMITS)
+    limits = Limits(models=frozenset({"default", "big"}))
+    with pytest.raises(UnknownModel, match="known: big, default$"):
+        decode_request(entry({"prompt": "a", "model": "nope"}), limits)
+
+
+def test_max_tokens_at_the_limit_is_accepted() -> None:
+    assert decode_request(entry({"prompt": "a", "max_tokens": 100}), LIMITS).max_tokens == 100
 
 
 def test_salvage_identity_keeps_a_valid_id_and_reply_channel() -> None:
@@ -98,6 +115,18 @@ def test_salvage_identity_keeps_a_valid_id_and_reply_channel() -> None:
     assert salvage_identity(fields, "1-0") == ("job-1", "chan")
     assert salvage_identity({b"r": b"garbage"}, "1-0") == ("1-0", None)
     assert salvage_identity(entry({"id": "bad id!", "reply_to": "../x"}), "2-0") == ("2-0", None)
+
+
+def test_salvage_identity_reads_entries_up_to_4_mb_only() -> None:
+    """Past the bound, parsing a hostile entry only to name its error costs more than the name is worth."""
+    head = b'{"id": "job-1", "prompt": "'
+
+    def sized(n: int) -> dict[bytes, bytes]:
+        return {b"r": head + b"x" * (n - len(head) - 2) + b'"}'}
+
+    assert len(sized(4_000_000)[b"r"]) == 4_000_000
+    assert salvage_identity(sized(4_000_000), "1-0") == ("job-1", None)
+    assert salvage_identity(sized(4_000_001), "1-0") == ("1-0", None)
 
 
 @settings(max_examples=300, deadline=None)
