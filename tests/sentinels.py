@@ -200,6 +200,10 @@ class FailoverReport:
     answered: set[str] = field(default_factory=set)
     kill_to_promotion_s: float = 0.0
     kill_to_first_answer_s: float | None = None
+    unreplicated: list[str] = field(default_factory=list)
+    """With ``stall``: accepted after the replicas' links were cut and before the kill (no replica has them)."""
+    unreplicated_on_new_primary: int = 0
+    """How many of ``unreplicated`` the promoted replica holds a result for (none, without replicated acceptance)."""
 
     @property
     def lost(self) -> list[str]:
@@ -293,9 +297,12 @@ def run_failover(directory: Path, env: Mapping[str, str], *, acks: int, stall: b
                     node.signal(signal.SIGSTOP)
                 with old.client() as probe:  # what the link already carried, a replica reads when resumed
                     probe.client_kill_filter(_type="replica")
+                cut_at = time.time()
                 time.sleep(0.5)
             killed_at.append(time.time())
             old.kill()
+            if stall:
+                report.unreplicated = [rid for rid, t in list(submitted.items()) if cut_at + 0.05 < t < killed_at[0]]
             if stall:
                 for node in others:
                     node.signal(signal.SIGCONT)
@@ -312,6 +319,9 @@ def run_failover(directory: Path, env: Mapping[str, str], *, acks: int, stall: b
                     if result is not None:
                         report.answered.add(rid)
                 time.sleep(0.5)
+            if report.unreplicated:
+                report.unreplicated_on_new_primary = sum(
+                    r is not None for r in client.result_many(report.unreplicated))
         finally:
             producing.set()
             if loader.is_alive():

@@ -684,6 +684,10 @@ class Router:
                               self.settings.router.claim_idle_ms)
                 time.sleep(1)
         self.flush()
+        try:  # the counts of the last second would otherwise never reach `laya stats`
+            self.publish_stats()
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("last counters not published (%s)", type(exc).__name__)
         self._committer.shutdown()
         self._reads.close()
         self._commits.close()

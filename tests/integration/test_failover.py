@@ -36,7 +36,12 @@ def test_without_replicated_acceptance_the_stall_window_is_lost(tmp_path: Path, 
     """With min_replica_acks = 0 the primary's word is acceptance: what it took while the replica
     stalled is gone after the failover. The test measures it (bench/failover.py reports it)."""
     report = run_failover(tmp_path, laya_env(tiny_model, routes_file), acks=0, stall=True, drain_s=20)
-    print(f"\nacks=0 stall=True: {len(report.accepted)} accepted, {len(report.lost)} lost")
+    print(f"\nacks=0 stall=True: {len(report.accepted)} accepted, {len(report.lost)} lost, "
+          f"{len(report.unreplicated)} accepted while no replica listened")
     assert report.kill_to_first_answer_s is not None
-    assert report.lost, "nothing was lost although the primary died with writes the replica never had"
+    # The window exists (the primary accepted requests no replica got) and died with the primary: none of them
+    # has a result on the new one. Whether their producers saw an answer first depends on how fast the old
+    # primary's router and worker were, so `lost` is measured and reported, not asserted.
+    assert report.unreplicated, "the stall produced no acceptance that the replica missed"
+    assert report.unreplicated_on_new_primary == 0
     assert not report.conflicting

@@ -201,7 +201,7 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
 
     def sample() -> None:
         while sampling:
-            depths.append(int(redis.llen("rq:queue:laya:llm:default:normal")))
+            depths.append(int(redis.llen("rq:queue:laya:llm:default:bulk")))  # `laya batch` sends as bulk
             time.sleep(0.02)
 
     import threading
@@ -223,7 +223,7 @@ def test_overload_is_refused_early_and_the_batch_producer_resubmits(redis: Redis
     assert all(r["route"] == "model:default" for r in records)
     resubmitted = int(done.stdout.split(" resubmitted")[0].rsplit(";", 1)[1])
     assert resubmitted > 0
-    assert max(depths) <= 4  # the queue never grew past its bound
+    assert 0 < max(depths) <= 4  # the lane filled, and never grew past its bound
     stats = redis.hgetall("laya:stats:router")
     assert int(stats[b"count:rejected:overloaded"]) == resubmitted
 
