@@ -16,7 +16,8 @@ no test notices ("survived") is a guarantee no test protects. The modules:
 * ``laya/results.py``: the write-once result script and its callers;
 * ``laya/router/reaper.py``: lost jobs, retries, non-Laya jobs in the started registry;
 * ``laya/codec.py``: the size limits and the bad-input messages;
-* ``laya/router/ingress.py``: admission (per model and lane, deadlines) and the atomic commit.
+* ``laya/router/stages.py``: admission (per model and lane, deadlines);
+* ``laya/router/ingress.py``: the atomic commit.
 
 Only the functions that carry those guarantees are mutated (``GUARANTEES``,
 mutmut's mutant-name globs; class methods are ``xǁClassǁmethod``): mutating the
@@ -45,7 +46,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
-MODULES = ["laya/worker/jobs.py", "laya/results.py", "laya/router/reaper.py", "laya/codec.py", "laya/router/ingress.py"]
+MODULES = ["laya/worker/jobs.py", "laya/results.py", "laya/router/reaper.py", "laya/codec.py", "laya/router/stages.py",
+           "laya/router/ingress.py"]
 GUARANTEES = [
     "laya.worker.jobs.*",  # the allowlist, the duplicate guards, a failed job's answer
     "laya.results.*",  # the write-once script and its callers
@@ -53,11 +55,11 @@ GUARANTEES = [
     "laya.codec.x_decode_request*",  # the limits
     "laya.codec.x_salvage_identity*",
     "laya.codec.x__short_repr*",  # the bound on a hostile value's echo
-    "laya.router.ingress.x\u01c1AdmissionStage\u01c1*",
+    "laya.router.stages.x\u01c1AdmissionStage\u01c1*",
     "laya.router.ingress.x\u01c1Router\u01c1commit*",
     "laya.router.ingress.x\u01c1Router\u01c1_write*",
     "laya.router.ingress.x\u01c1Router\u01c1_job_data*",
-    "laya.router.ingress.x_accepted_at*",  # a deadline's start
+    "laya.router.stages.x_accepted_at*",  # a deadline's start
     "laya.router.ingress.x__admitted*",
     "laya.router.ingress.x__fail*",
 ]

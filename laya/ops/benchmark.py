@@ -183,7 +183,8 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     from redis import Redis
 
     from laya.config import Settings
-    from laya.router.ingress import Flight, Router
+    from laya.router.ingress import Router
+    from laya.router.stages import Flight
 
     rng = random.Random(seed)
     rules = RuleSet(synthetic_rules(n_rules), source="<bench>")
@@ -366,8 +367,9 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
 
     from laya.config import Settings
     from laya.router.embedder import load_embedder
-    from laya.router.ingress import Flight, Router
+    from laya.router.ingress import Router
     from laya.router.intents import IntentIndex
+    from laya.router.stages import Flight
 
     rng = random.Random(seed)
     started = time.perf_counter()

@@ -32,7 +32,7 @@ from laya.router.vectorindex import VectorIndex
 if TYPE_CHECKING:
     from redis import Redis
 
-    from laya.router.ingress import Flight
+    from laya.router.stages import Flight
 
 __all__ = ["IntentIndex", "IntentMatch", "IntentStage"]
 

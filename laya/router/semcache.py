@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from laya.keys import Keys
-    from laya.router.ingress import Flight
+    from laya.router.stages import Flight
 
 __all__ = ["Hit", "SemanticCache", "SemanticCacheStage", "record", "scope_of", "wants_semantic"]
 

@@ -18,7 +18,8 @@ from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
 from laya.errors import InvalidRequest
-from laya.router.ingress import DecodeStage, Flight, Router
+from laya.router.ingress import Router
+from laya.router.stages import DecodeStage, Flight
 from laya.worker.jobs import JOB_FUNCTION
 
 from ..conftest import Server
