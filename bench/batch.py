@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import orjson
-from common import start_valkey, write_results
+from common import start_valkey, stop_processes, write_results
 
 from laya.ops.stats import percentile
 
@@ -117,10 +117,7 @@ def run_batch(env: dict[str, str], source: Path, out: Path, *, rules: bool, max_
                                   capture_output=True, text=True, check=False)
             seconds = time.perf_counter() - started
         finally:
-            for proc in (router, worker):
-                proc.terminate()
-            for proc in (router, worker):
-                proc.wait(30)
+            stop_processes((router, worker))
     if done.returncode != 0:
         raise SystemExit(f"laya batch failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     print(done.stdout, flush=True)

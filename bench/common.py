@@ -12,6 +12,7 @@ import socket
 import statistics
 import subprocess
 import sys
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,6 +34,15 @@ def start_valkey(tmp: Path) -> ValkeyServer:
     server = ValkeyServer(port=port, data_dir=tmp / "valkey")
     server.start()
     return server
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process first (they stop in parallel), then wait for each."""
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait(30)
 
 
 def summary_us(samples_ns: list[int]) -> dict[str, float]:

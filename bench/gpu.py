@@ -94,7 +94,7 @@ def run_raw(model: str, jobs: int) -> dict[str, object]:
 # -- laya side: a stack of real processes ------------------------------------------------------------
 
 def run_laya(model: str, jobs: int) -> dict[str, object]:
-    from common import start_valkey
+    from common import start_valkey, stop_processes
 
     from laya.client import Client
     from laya.config import Settings
@@ -138,10 +138,7 @@ def run_laya(model: str, jobs: int) -> dict[str, object]:
             assert all(r.ok for r in results), [r.route for r in results]
             vram = vram_used_mib()
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(30)
+            stop_processes(procs)
             server.stop()
     completion_tokens = sum(r.usage.completion_tokens for r in results if r.usage is not None)
     return {"singles": singles, "vram_mib": vram, "burst_tok_s": completion_tokens / burst_s,

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import start_valkey, write_results
+from common import start_valkey, stop_processes, write_results
 
 from laya.ops.stats import percentile
 
@@ -92,10 +92,7 @@ def main() -> None:
                 total_plain_ms.append((time.time() - started) * 1000)
                 tok_s_plain.append(result.timings.tokens_per_s or 0)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(30)
+            stop_processes(procs)
             server.stop()
     lines = [
         f"# Streaming: time to first chunk, {args.requests} requests",
