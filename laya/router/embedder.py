@@ -10,6 +10,17 @@ A sentence's vector is the sum of its tokens' vectors, scaled to unit length
 (what ``WordLlamaInference.embed(norm=True)`` computes, without its padding and
 batching, which cost more than the sum for one sentence). A dot product of two
 vectors is their cosine similarity.
+
+Tokenizing is most of an embedding's cost (a call into the tokenizer takes
+about 25 µs for a short sentence), and a router sees the same words again and
+again. WordLlama's tokenizer is SentencePiece-style BPE: every space becomes
+``▁`` and no token has a ``▁`` after its first character, so no token spans two
+words and a sentence's tokens are its words' tokens, one word after the other.
+The embedder therefore keeps each word's token ids (``word_cache`` words at
+most) and tokenizes only words it has not seen. It checks that property of the
+tokenizer when it loads and tokenizes whole texts when it does not hold, or
+when a text has two spaces in a row, a space at either end, or one of the
+tokenizer's special tokens (``<s>``), which the tokenizer cuts out first.
 """
 
 from __future__ import annotations
@@ -54,16 +65,37 @@ class TextEmbedder(Protocol):
 class Embedder:
     """WordLlama's token table and tokenizer, summed per sentence."""
 
-    def __init__(self, table: npt.NDArray[np.float32], tokenizer: Any) -> None:
+    def __init__(self, table: npt.NDArray[np.float32], tokenizer: Any, *, word_cache: int = 50_000) -> None:
         self.table = np.ascontiguousarray(table, dtype=np.float32)
         self.dim = int(self.table.shape[1])
         self._tokenizer = tokenizer
         if tokenizer.get_vocab_size() > self.table.shape[0]:
             raise EmbedderUnavailable(f"the tokenizer knows {tokenizer.get_vocab_size()} tokens but the table "
                                       f"holds {self.table.shape[0]}: the two files do not belong together")
+        self.by_word = _splits_at_spaces(tokenizer)
+        """Whether a text's tokens are its words' tokens in order (the cache below is used only then)."""
+        self._specials = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        self._words: dict[str, list[int]] = {}
+        self._word_cache = word_cache
+
+    def token_ids(self, text: str) -> list[int]:
+        """The tokenizer's ids for ``text``, from the word cache where that gives the same ids."""
+        if (not self.by_word or "  " in text or text.startswith(" ") or text.endswith(" ")
+                or any(special in text for special in self._specials)):
+            return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        words = self._words
+        ids: list[int] = []
+        for word in text.split(" "):
+            known = words.get(word)
+            if known is None:
+                if len(words) >= self._word_cache:
+                    words.clear()  # a crude bound, and rare: the words a router sees repeat
+                known = words[word] = self._tokenizer.encode(word, add_special_tokens=False).ids if word else []
+            ids += known
+        return ids
 
     def embed(self, text: str) -> Vector:
-        ids = self._tokenizer.encode(text, add_special_tokens=False).ids
+        ids = self.token_ids(text)
         if not ids:
             return np.zeros(self.dim, dtype=np.float32)
         vector: Vector = self.table.take(ids, axis=0).sum(axis=0)
@@ -75,6 +107,27 @@ class Embedder:
         for i, text in enumerate(texts):
             out[i] = self.embed(text)
         return out
+
+
+def _splits_at_spaces(tokenizer: Any) -> bool:
+    """True when ``tokenizer`` encodes a text as its space-separated words' encodings, one after the other.
+
+    That holds for SentencePiece-style BPE whose only normalisation is "prepend
+    ``▁``, spaces to ``▁``", with no pre-tokenizer, and whose vocabulary has no
+    token with ``▁`` past its first character, except runs of ``▁`` alone:
+    only two spaces in a row make those, and such texts (and texts that start
+    or end with a space) are tokenized whole. Anything else, and the embedder
+    tokenizes every text whole.
+    """
+    import json
+
+    config = json.loads(tokenizer.to_str())
+    steps = (config.get("normalizer") or {}).get("normalizers", [])
+    expected = [{"type": "Prepend", "prepend": "\u2581"},
+                {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]
+    if config.get("pre_tokenizer") is not None or steps != expected:
+        return False
+    return not any("\u2581" in token[1:] and set(token) != {"\u2581"} for token in tokenizer.get_vocab())
 
 
 def load_embedder(package_dir: Path | None = None) -> Embedder:

@@ -1,0 +1,76 @@
+"""The embedder's word cache gives the tokenizer's own ids, and is used only where that holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+from laya.router.embedder import Embedder, load_embedder
+from laya.router.text import normalise
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+AWKWARD = [
+    "", " ", "a", "don't", "3.14 km/h!", "naïve café 東京 🙂", "tab\there", "new\nline", "x<s>y", "hello <s> world",
+    "</s> end", "  two  spaces ", " leading", "trailing ", "a  b", "‘quoted’ — dash", "email me at a@b.co",
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return load_embedder()
+
+
+def test_wordllamas_tokenizer_splits_at_spaces(embedder: Embedder) -> None:
+    assert embedder.by_word
+
+
+def test_cached_ids_are_the_tokenizers_ids(embedder: Embedder) -> None:
+    texts = list(AWKWARD)
+    for name in ("semantic_pairs.jsonl", "semantic_pairs_templated.jsonl"):
+        for line in (DATA / name).read_text().splitlines():
+            pair = json.loads(line)
+            texts += [pair["a"], pair["b"]]
+    texts += [normalise(text) for text in texts]
+    whole = embedder._tokenizer
+    for _ in range(2):  # the second pass reads every word from the cache
+        for text in texts:
+            assert embedder.token_ids(text) == whole.encode(text, add_special_tokens=False).ids, repr(text)
+
+
+def test_the_vector_is_the_normalised_sum_of_the_token_rows(embedder: Embedder) -> None:
+    ids = embedder._tokenizer.encode("how do i reset my password", add_special_tokens=False).ids
+    expected = embedder.table[ids].sum(axis=0)
+    expected /= np.linalg.norm(expected)
+    np.testing.assert_allclose(embedder.embed("how do i reset my password"), expected, atol=1e-6)
+    assert not embedder.embed("").any()
+
+
+def test_a_full_word_cache_starts_again(embedder: Embedder) -> None:
+    small = Embedder(embedder.table, embedder._tokenizer, word_cache=3)
+    text = "one two three four five six"
+    assert small.token_ids(text) == embedder._tokenizer.encode(text, add_special_tokens=False).ids
+    assert len(small._words) <= 3
+
+
+def _tiny_tokenizer(vocab: dict[str, int], *, pre_tokenized: bool) -> Tokenizer:
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    if pre_tokenized:
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tokenizer
+
+
+def test_a_tokenizer_whose_tokens_span_words_is_never_cached_by_word() -> None:
+    table = np.eye(8, dtype=np.float32)
+    plain = {"<unk>": 0, "▁": 1, "a": 2, "b": 3, "▁a": 4, "▁b": 5}
+    assert Embedder(table, _tiny_tokenizer(plain, pre_tokenized=False)).by_word
+    spanning = Embedder(table, _tiny_tokenizer({**plain, "a▁b": 6}, pre_tokenized=False))
+    assert not spanning.by_word
+    assert not Embedder(table, _tiny_tokenizer(plain, pre_tokenized=True)).by_word
+    # Without the cache the embedder still gives the tokenizer's ids.
+    assert spanning.token_ids("a b") == spanning._tokenizer.encode("a b", add_special_tokens=False).ids
