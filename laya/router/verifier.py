@@ -52,7 +52,10 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bhow (do|can|should|would) (i|we|one)\b", "how to"), (r"\bwhat is the (best )?way to\b", "how to"),
     (r"\bis there a way to\b", "how to"), (r"\b(can|could|would|will) you( please)?\b", ""),
     (r"\bis it possible to\b", "can i"), (r"\bunable to\b", "can not"), (r"\bgoing to\b", "will"),
-    (r"\bwhat time\b", "when"), (r"\bhow (many|much)\b", "how_many"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
+    (r"\bwhat time\b", "when"), (r"\bhow much (is|are)\b", r"what \1"), (r"\bhow (many|much)\b", "how_many"),
+    (r"\b(what (?:is|are|was|were)\b.*?)\blike\b", r"\1"), (r"\bwork out\b", "calculate"),
+    (r"\bhow (do|would|can) (you|i|we) say\b", "translate"),
+    (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
     (r"\bhelp me( to)?\b", ""), (r"\btell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
     (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""))]
 
@@ -130,9 +133,9 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "summarize/summarise/summary", "recap/summary", "sofa/couch", "phone/telephone/cellphone/mobile",
     "email/mail/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
     "mistake/error", "ill/sick", "hi/hello/hey", "thank/thanks", "ok/okay", "maybe/perhaps", "also/too",
-    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit", "cancel/revoke",
+    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit/email/mail/forward", "book/reserve", "schedule/arrange/plan/organize/organise", "cancel/revoke",
     "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
-    "convert/conversion/converted", "calculate/compute/work out", "check/verify", "way/method", "fast/quickly",
+    "convert/conversion/converted", "calculate/compute", "check/verify", "way/method", "fast/quickly",
     "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
     "find/search", "write/compose", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
     "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",

@@ -38,6 +38,9 @@ def verdict(a: str, b: str) -> str:
     ("Where is my order?", "When is my order?", "questions"),
     ("Can I cancel my order?", "Should I cancel my order?", "modals"),
     ("How do I reset my password?", "How do I reset my username?", "content"),
+    ("Send the invoice to Alice", "Receive the invoice from Alice", "polarity"),
+    ("How much is the ticket to Rome?", "How many tickets to Rome are left?", "questions"),
+    ("What is Oslo like in winter?", "What is Oslo like in summer?", "dates"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -52,6 +55,13 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
     ("Summarize this article", "Please summarise this article"),
     ("what's the capital of france", "What is the capital of France?"),
     ("Show hotels in Rome under 100 euros a night", "Find hotels in Rome below 100 euros per night"),
+    ("Email the invoice to Alice", "Please send the invoice to Alice"),
+    ("Reserve a table for 3 on Friday", "Book a table for three on Friday"),
+    ("What's the weather like in Oslo?", "What is the weather in Oslo?"),
+    ("Work out 8% of 12", "What is 8 percent of 12?"),
+    ("How much is 15% of 200?", "What is 15 percent of 200?"),
+    ("How do you say thank you in French?", "Translate thank you into French"),
+    ("Set up a meeting with Bob on Friday", "Arrange a meeting with Bob on Friday"),
 ])
 def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     assert verdict(a, b) == "same"
@@ -64,7 +74,7 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str) -> None:
     assert result.wrong_hit_rate < 0.01, result.wrong_examples
     # The threshold alone would answer most of the different pairs: the verifier is what refuses them.
     assert result.threshold_only_wrong_hits > result.different / 2
-    assert result.hit_rate >= (0.5 if name == "semantic_pairs.jsonl" else 0.35)
+    assert result.hit_rate >= 0.5
 
 
 def test_the_hand_written_set_covers_every_kind_the_issue_names() -> None:
