@@ -1,13 +1,28 @@
-"""Semantic cache: hit rate on paraphrases and wrong-hit rate on pairs that differ, on two labelled sets.
+"""Semantic cache: hit rate on paraphrases and wrong-hit rate on pairs that differ, on labelled sets.
 
     python bench/semantic_cache.py                                        # writes bench/results/semantic_cache.md
+    python bench/semantic_cache.py --mrpc msr_paraphrase_test.txt         # also a public set nobody here wrote
     laya bench semantic --pairs tests/data/semantic_pairs.jsonl --json    # one set
 
-The sets: tests/data/semantic_pairs.jsonl (written by hand, beside the
-verifier) and tests/data/semantic_pairs_templated.jsonl (composed from
-templates by tests/data/make_template_pairs.py, which the verifier was not
-tuned on). Baseline in the same run: the same cache with the threshold alone,
-no verifier. Target: wrong hits < 1 % and at least half the paraphrases hit.
+The sets, in tests/data/:
+
+* semantic_pairs.jsonl: written by hand, beside the verifier;
+* semantic_pairs_templated.jsonl: composed from templates by
+  make_template_pairs.py; held out at first, but the verifier has since been
+  changed after reading its misses, so it is no longer a held-out check;
+* semantic_pairs_heldout.jsonl: written pair by pair by an engineer who had not
+  read the verifier, the other sets or their results; the verifier has not been
+  changed after its results (the held-out check).
+
+``--mrpc`` adds the test split of the Microsoft Research Paraphrase Corpus
+(``msr_paraphrase_test.txt``, 1,725 news-sentence pairs, quality 1 = paraphrase),
+which is not in this repository (its licence is Microsoft's): a set none of us
+wrote. Its "paraphrases" are pairs that report the same event, often with a
+detail added or dropped, so they are not prompts one answer serves: its hit
+rate says little, its wrong-hit rate on the non-paraphrases is the figure.
+
+Baseline in the same run: the same cache with the threshold alone, no verifier.
+Target: wrong hits < 1 % and at least half the paraphrases hit.
 """
 
 from __future__ import annotations
@@ -16,31 +31,55 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import argparse
+import json
+import tempfile
 from pathlib import Path
 
 from common import write_results
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+SETS = ["semantic_pairs.jsonl", "semantic_pairs_templated.jsonl", "semantic_pairs_heldout.jsonl"]
+
+
+def mrpc_pairs(source: Path, out: Path) -> Path:
+    """MRPC's tab-separated file (Quality, #1 ID, #2 ID, #1 String, #2 String) as labelled pairs."""
+    rows = source.read_text(encoding="utf-8-sig").splitlines()[1:]
+    with out.open("w", encoding="utf-8") as f:
+        for row in rows:
+            quality, _, _, a, b = row.split("\t")
+            f.write(json.dumps({"a": a, "b": b, "same": quality == "1", "kind": "mrpc"}) + "\n")
+    return out
 
 
 def main() -> None:
     from laya.config import RouterConfig
     from laya.ops.pairbench import run_pair_bench
 
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mrpc", type=Path, help="MRPC's msr_paraphrase_test.txt, to run beside the sets here")
+    args = parser.parse_args()
     threshold = RouterConfig().semantic_threshold
     lines = ["# Semantic cache on labelled pairs", ""]
     runs = []
-    for name in ("semantic_pairs.jsonl", "semantic_pairs_templated.jsonl"):
-        result = run_pair_bench(DATA / name, threshold=threshold)
-        ok = result.wrong_hit_rate < 0.01 and result.hit_rate >= 0.5
-        verdict = "met" if ok else "NOT met"
-        table = result.table().replace(str(DATA) + "/", "tests/data/")
-        lines += [f"## {name}", "", "```", table, "```", "",
-                  f"Target wrong hits < 1 % and paraphrase hits ≥ 50 %: {verdict}.", ""]
-        runs.append(f"{name}: hits {result.hit_rate:.1%} of {result.same} paraphrases, wrong hits "
-                    f"{result.wrong_hits}/{result.different} = {result.wrong_hit_rate:.2%} (threshold alone "
-                    f"{result.threshold_only_wrong_hits}/{result.different}), lookup p50 "
-                    f"{result.lookup_us['p50']:.1f} µs; target {verdict}")
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = [(name, DATA / name) for name in SETS]
+        if args.mrpc is not None:
+            paths.append(("MRPC test split (msr_paraphrase_test.txt)", mrpc_pairs(args.mrpc, Path(tmp) / "mrpc.jsonl")))
+        for name, path in paths:
+            result = run_pair_bench(path, threshold=threshold)
+            ok = result.wrong_hit_rate < 0.01 and result.hit_rate >= 0.5
+            verdict = "met" if ok else "NOT met"
+            table = result.table().replace(str(DATA) + "/", "tests/data/").replace(str(path), name)
+            lines += [f"## {name}", "", "```", table, "```", ""]
+            if path.parent == DATA:
+                lines += [f"Target wrong hits < 1 % and paraphrase hits ≥ 50 %: {verdict}.", ""]
+            else:
+                verdict = "wrong hits only"
+            runs.append(f"{name}: hits {result.hit_rate:.1%} of {result.same} paraphrases, wrong hits "
+                        f"{result.wrong_hits}/{result.different} = {result.wrong_hit_rate:.2%} (threshold alone "
+                        f"{result.threshold_only_wrong_hits}/{result.different}), lookup p50 "
+                        f"{result.lookup_us['p50']:.1f} µs; target {verdict}")
     write_results("semantic_cache.md", lines, run="; ".join(runs))
 
 

@@ -15,6 +15,9 @@ answer:
 * **comparatives** — more / less / cheaper / before / after ...;
 * **polarity** — antonyms and negating prefixes (safe / unsafe, legal / illegal);
 * **named entities** — capitalised words and acronyms of the original text;
+* **word order** — two words that trade places around the same words ("5 miles
+  in km" / "5 km in miles", "Did the Yankees beat the Red Sox"): the embedding
+  is a sum of word vectors and cannot see order at all;
 * **everything else** — every remaining content word must be on both sides,
   or have a listed synonym there. Function words, politeness ("please",
   "can you") and first-person pronouns may differ.
@@ -169,6 +172,8 @@ _DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
 _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
                          "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
+_SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
+"""Words that join two things either way round: "Berlin and Paris" is "Paris and Berlin"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +193,10 @@ class Words:
     words: frozenset[str]
     """Every token (lower case): an entity of one prompt must be a word of the other, whatever its case."""
     directions: frozenset[tuple[str, str]]
+    sequence: tuple[str, ...]
+    """Every token in order, numbers, units and content words in their compared form (for word order)."""
+    keys: frozenset[str]
+    """The numbers, units and content words of ``sequence``: the words whose order is compared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +254,12 @@ def analyse(text: str) -> Words:
               re.findall(r"how_many|" + _TOKEN.pattern, lowered)]
     negations, numbers = [], []
     units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
+    sequence, keys = [], set()
     for i, token in enumerate(tokens):
+        key = _key(token, after_number=i > 0 and tokens[i - 1][0].isdigit())
+        sequence.append(key or token)
+        if key:
+            keys.add(key)
         if token in NEGATIONS:
             negations.append("not")
             continue
@@ -257,7 +271,7 @@ def analyse(text: str) -> Words:
             numbers.append(_NUMBER_WORDS[token])
             continue
         stem = _stem(token)
-        unit = _UNITS.get(token, _UNITS.get(stem))
+        unit = _unit(token, stem)
         if unit is not None and (len(token) > 1 or after_number):
             units.add(unit)
             continue
@@ -281,7 +295,52 @@ def analyse(text: str) -> Words:
         content.add(stem)
     return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
                  frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
-                 frozenset(content), frozenset(tokens), frozenset(_directions(tokens)))
+                 frozenset(content), frozenset(tokens), frozenset(_directions(tokens)), tuple(sequence),
+                 frozenset(keys))
+
+
+def _unit(token: str, stem: str) -> str | None:
+    """The unit a word names ("miles": "mile"), or None."""
+    return _UNITS.get(token) or (_UNITS.get(token[:-1]) if token.endswith("s") else None) or _UNITS.get(stem)
+
+
+def _key(token: str, *, after_number: bool) -> str:
+    """The compared form of a number, unit or content word (as :func:`analyse` classes it); "" for the rest."""
+    if token[0].isdigit():
+        return "#" + _number(token)
+    if token in _NUMBER_WORDS and not (token == "second" and after_number):
+        return "#" + _NUMBER_WORDS[token]
+    if token in NEGATIONS or token in _COMPARATIVES or token in _QUESTION_WORDS or token in _MODALS:
+        return ""
+    stem = _stem(token)
+    unit = _unit(token, stem)
+    if unit is not None and (len(token) > 1 or after_number):
+        return "unit:" + unit
+    if token in _STOP or token in _PAST or token in _FUTURE or token in _DATES:
+        return ""
+    return stem
+
+
+def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
+    """Two words that trade places around the same words between them: "5 miles in km" / "5 km in miles",
+    "Did the Yankees beat the Red Sox" / "... the Red Sox beat the Yankees", "Is Alice Bob's manager" /
+    "Is Bob Alice's manager". A phrase that moves as a block ("hotels in Rome under 100 euros" / "hotels
+    under 100 euros in Rome") has other words between them and passes; so do words joined by "and", "or"
+    or "vs" alone ("Berlin and Paris" / "Paris and Berlin")."""
+    keys = a.keys | b.keys
+    once = [k for k in a.keys & b.keys if a.sequence.count(k) == 1 and b.sequence.count(k) == 1]
+    where_a = {k: a.sequence.index(k) for k in once}
+    where_b = {k: b.sequence.index(k) for k in once}
+    once.sort(key=where_a.__getitem__)
+    for i, first in enumerate(once):
+        for second in once[i + 1:]:
+            if where_b[first] < where_b[second]:
+                continue
+            between_a = [t for t in a.sequence[where_a[first] + 1:where_a[second]] if t not in keys]
+            between_b = [t for t in b.sequence[where_b[second] + 1:where_b[first]] if t not in keys]
+            if between_a == between_b and not (between_a and set(between_a) <= _SYMMETRIC):
+                return first, second
+    return None
 
 
 def _directions(tokens: list[str]) -> list[tuple[str, str]]:
@@ -289,7 +348,10 @@ def _directions(tokens: list[str]) -> list[tuple[str, str]]:
     found = []
     for i, token in enumerate(tokens):
         if token in _DIRECTIONS:
-            following = next((t for t in tokens[i + 1:] if t not in _STOP or t in _DIRECTIONS), None)
+            rest = tokens[i + 1:]
+            # A function word right before another direction word, or last, is the object: "from A to Z".
+            following = next((t for j, t in enumerate(rest) if t not in _STOP or t in _DIRECTIONS
+                              or j + 1 == len(rest) or rest[j + 1] in _DIRECTIONS), None)
             if following is not None and following not in _DIRECTIONS:
                 found.append((token, _UNITS.get(following) or _NUMBER_WORDS.get(following) or _stem(following)))
     return found
@@ -367,4 +429,7 @@ def verify(a: Words, b: Words) -> Verdict:
     unmatched_b = {w for w in only_b if not any(_synonyms(w, o) for o in only_a)}
     if unmatched_a or unmatched_b:
         return Verdict(False, f"content: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
+    swapped = _swapped(a, b)
+    if swapped is not None:
+        return Verdict(False, f"order: {swapped[0]!r} and {swapped[1]!r} trade places")
     return Verdict(True, "")

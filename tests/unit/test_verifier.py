@@ -41,6 +41,11 @@ def verdict(a: str, b: str) -> str:
     ("Send the invoice to Alice", "Receive the invoice from Alice", "polarity"),
     ("How much is the ticket to Rome?", "How many tickets to Rome are left?", "questions"),
     ("What is Oslo like in winter?", "What is Oslo like in summer?", "dates"),
+    ("What is 5 miles in kilometers?", "What is 5 kilometers in miles?", "order"),
+    ("Did the Yankees beat the Red Sox last night?", "Did the Red Sox beat the Yankees last night?", "order"),
+    ("Divide 100 by 4", "Divide 4 by 100", "order"),
+    ("Is Alice Bob's manager?", "Is Bob Alice's manager?", "order"),
+    ("Sort these names from A to Z", "Sort these names from Z to A", "direction"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -62,6 +67,8 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
     ("How much is 15% of 200?", "What is 15 percent of 200?"),
     ("How do you say thank you in French?", "Translate thank you into French"),
     ("Set up a meeting with Bob on Friday", "Arrange a meeting with Bob on Friday"),
+    ("Show hotels in Rome under 100 euros a night", "Hotels under 100 euros a night in Rome"),
+    ("Weather in Berlin and Paris", "Weather in Paris and Berlin"),
 ])
 def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     assert verdict(a, b) == "same"
@@ -75,6 +82,16 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str) -> None:
     # The threshold alone would answer most of the different pairs: the verifier is what refuses them.
     assert result.threshold_only_wrong_hits > result.different / 2
     assert result.hit_rate >= 0.5
+
+
+@pytest.mark.parametrize("name", ["semantic_pairs_heldout.jsonl"])
+def test_sets_written_without_the_verifier_give_under_one_percent_wrong_hits(name: str) -> None:
+    # Written by engineers who had not read the verifier: the wrong-hit target holds; the hit rate does not
+    # reach half (bench/results/semantic_cache.md), so it is not asserted here.
+    result = run_pair_bench(DATA / name)
+    assert result.different >= 200 and result.same >= 150
+    assert result.wrong_hit_rate < 0.01, result.wrong_examples
+    assert result.threshold_only_wrong_hits > result.different / 2
 
 
 def test_the_hand_written_set_covers_every_kind_the_issue_names() -> None:
