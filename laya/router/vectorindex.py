@@ -11,9 +11,7 @@ exactly, reading about a fifth of that:
 2. Per query, it scores every stored vector on the first ``head`` axes only,
    where most of their length lies, and adds an upper bound on the rest:
    by Cauchy–Schwarz, ``tail(x)·tail(q) ≤ |tail(x)| |tail(q)|``.
-3. Only the vectors whose bound reaches their threshold are scored in full
-   (a first pass uses the loosest bound of all rows, a scalar, so the whole
-   array is compared once).
+3. Only the vectors whose bound reaches their threshold are scored in full.
 
 No vector that meets its threshold is ever skipped, so the answer is the
 brute-force answer (``tests/unit/test_vectorindex.py`` checks it).
@@ -41,7 +39,6 @@ class VectorIndex:
             self._axes: Floats = np.zeros((0, 0), dtype=np.float32)
             self._head: Floats = np.zeros((0, 0), dtype=np.float32)
             self._tail: Floats = np.zeros(0, dtype=np.float32)
-            self._floor = self._widest = 0.0
             self.head = 0
             return
         self.head = min(head, self.dim)
@@ -56,8 +53,6 @@ class VectorIndex:
         self._head = np.ascontiguousarray(rotated[:, :self.head].T, dtype=np.float32)
         # Rounding slack so that float32 error never turns the bound into an under-estimate.
         self._tail = (np.linalg.norm(rotated[:, self.head:], axis=1) + 1e-5).astype(np.float32)
-        self._floor = float(self.thresholds.min())
-        self._widest = float(self._tail.max())
 
     def __len__(self) -> int:
         return int(self.size)
@@ -70,11 +65,7 @@ class VectorIndex:
         # The length of the query beyond the head axes (a rotation keeps lengths), plus float32 slack.
         rest = max(0.0, float(query @ query) - float(head @ head)) ** 0.5 + 1e-5
         scores = head @ self._head
-        # One pass with one bound for every row (the loosest), then each survivor's own bound.
-        coarse = np.flatnonzero(scores >= self._floor - rest * self._widest)
-        if coarse.size == 0:
-            return coarse, np.zeros(0, dtype=np.float32)
-        candidates = coarse[scores[coarse] + rest * self._tail[coarse] >= self.thresholds[coarse]]
+        candidates = np.flatnonzero(scores + rest * self._tail >= self.thresholds)
         if candidates.size == 0:
             return candidates, np.zeros(0, dtype=np.float32)
         full = self._vectors[candidates] @ query
