@@ -59,9 +59,9 @@ class IntentIndex:
                 self._examples.append(example)
             if rule.spec.examples:
                 self._rules.append(rule)
-        self._owner = np.asarray(owners, dtype=np.intp)
+        self._owner_of: list[int] = owners
         # Priority first, then the rule's place: lower is better, as in RuleSet.
-        self._rank = np.asarray([rule.rank for rule in self._rules], dtype=np.intp)
+        self._rank_of = [rule.rank for rule in self._rules]
         vectors = embedder.embed_many([normalise(e) for e in self._examples]) if self._examples else np.zeros((0, 0), dtype=np.float32)
         self.index = VectorIndex(vectors, np.asarray(thresholds, dtype=np.float32))
 
@@ -79,14 +79,11 @@ class IntentIndex:
         found, scores = self.index.search(self.embedder.embed(text))
         if found.size == 0:
             return None
-        if found.size == 1:
-            pick, owners = 0, self._owner[found]
-        else:
-            owners = self._owner[found]
-            ranks = self._rank[owners]
-            pick = int(np.argmax(np.where(ranks == ranks.min(), scores, -2.0)))
-        return IntentMatch(self._rules[int(owners[pick])], self._examples[int(found[pick])],
-                           round(float(scores[pick]), 4))
+        # A handful of rows at most: plain Python beats numpy's per-call cost here.
+        rows, similarities = found.tolist(), scores.tolist()
+        owners = [self._owner_of[row] for row in rows]
+        best = min(range(len(rows)), key=lambda i: (self._rank_of[owners[i]], -similarities[i]))
+        return IntentMatch(self._rules[owners[best]], self._examples[rows[best]], round(similarities[best], 4))
 
 
 class IntentStage:

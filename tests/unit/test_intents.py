@@ -49,6 +49,12 @@ def test_priority_beats_similarity_when_two_rules_match() -> None:
     assert found is not None and found.rule.name == "near"
 
 
+def test_the_nearest_example_of_the_winning_rule_is_reported() -> None:
+    rule = RuleSpec(name="track", examples=["where is my parcel now please", "where is my parcel"], reply="x")
+    found = index(rule, threshold=0.7).match(normalise("where is my parcel"))
+    assert found is not None and found.example == "where is my parcel" and found.similarity == 1.0
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"reply": "x"}, "give 'patterns' (with 'match') or 'examples'"),
     ({"match": "exact", "examples": ["hi"], "reply": "x"}, "'match' and 'patterns' go together"),
