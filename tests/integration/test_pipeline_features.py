@@ -7,6 +7,7 @@ Q4_K_M) against the session's Valkey server.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from laya.keys import Keys
 from laya.results import ResultStore
 from laya.router.ingress import Router
 from laya.schema import Request, Result
+from laya.streaming import END
 from laya.worker.backend import Controls, Generation, LlamaBackend
 from laya.worker.rqworker import run_worker
 
@@ -248,15 +250,17 @@ class AnsweredMeanwhile(LlamaBackend):
         return super().generate(request, max_tokens=max_tokens, controls=controls)
 
 
-def test_the_stream_ends_with_the_result_kept_when_another_worker_answered_first(settings: Settings,
-                                                                                redis: Redis) -> None:
+def test_the_stream_ends_with_the_result_kept_when_another_worker_answered_first(
+        settings: Settings, redis: Redis, caplog: pytest.LogCaptureFixture) -> None:
     client = Client(redis)
     request_id = client.submit("jello", max_tokens=8, stream=True)
     route_all(settings, redis)
-    work(settings, redis, AnsweredMeanwhile(settings, redis))
+    with caplog.at_level(logging.INFO, logger="laya.worker"):
+        work(settings, redis, AnsweredMeanwhile(settings, redis))
     items = list(client.follow(request_id, timeout=5))
     assert isinstance(items[-1], Result) and items[-1].text == "first"  # what every reader of the id gets
     assert client.result(request_id).text == "first"  # type: ignore[union-attr]
+    assert f"request {request_id} already had a result; kept the first one" in caplog.messages
 
 
 # -- priority lanes -----------------------------------------------------------------------------------
@@ -357,6 +361,12 @@ def test_a_job_not_started_by_its_deadline_is_answered_expired_without_running(s
     assert expired.usage.completion_tokens == 0 and expired.timings.ttft_ms is None
     assert expired.timings.queue_wait_ms is not None and expired.timings.queue_wait_ms >= 400
     assert [i for i in client.follow(late, timeout=5)] == [expired]  # a streaming reader gets the end too
+    # ... from the worker's end entry in the stream, which expires with the result (not from the fallback
+    # that reads the result when a stream stays silent)
+    stream_key = Keys().stream(late)
+    entries = redis.xrange(stream_key)
+    assert len(entries) == 1 and Result.model_validate_json(entries[0][1][END]) == expired
+    assert 0 < redis.ttl(stream_key) <= settings.router.result_ttl_s
     assert client.wait(fine, timeout=5).route == "model:default"
 
 

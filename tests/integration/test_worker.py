@@ -17,6 +17,7 @@ from laya.client import Client
 from laya.config import Settings
 from laya.keys import Keys
 from laya.router.ingress import Router
+from laya.schema import Request
 from laya.worker.backend import LlamaBackend
 from laya.worker.jobs import JOB_FUNCTION
 from laya.worker.rqworker import run_worker
@@ -51,6 +52,22 @@ def test_model_jobs_run_and_fill_the_cache(settings: Settings, redis: Redis) -> 
     route_all(settings, redis)
     cached = client.wait(again, timeout=5)
     assert cached.route == "cache" and cached.text == "pqrstuvwxyz"
+
+
+def test_total_ms_runs_from_the_producer_s_submit_time_and_never_goes_below_zero(settings: Settings,
+                                                                                redis: Redis) -> None:
+    client = Client(redis)
+    submitted = time.time() - 2.0
+    earlier = client.submit_request(Request(prompt="jello", max_tokens=4, submitted_at=submitted))
+    # A producer whose clock runs an hour ahead of the worker's.
+    ahead = client.submit_request(Request(prompt="jelly", max_tokens=4, submitted_at=time.time() + 3600))
+    route_all(settings, redis)
+    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    result = client.wait(earlier, timeout=5)
+    assert result.finished_at is not None and result.timings.total_ms is not None
+    assert result.timings.total_ms == pytest.approx((result.finished_at - submitted) * 1000, rel=1e-9)
+    assert result.timings.total_ms >= 2000
+    assert client.wait(ahead, timeout=5).timings.total_ms == 0.0
 
 
 def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Settings, redis: Redis) -> None:
