@@ -30,9 +30,12 @@ in hits and what it saves in wrong answers.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
+
+from laya.router.rules import required_literal
 
 __all__ = ["Verdict", "Words", "analyse", "verify"]
 
@@ -217,6 +220,7 @@ def _spelling(word: str) -> str:
     return word
 
 
+@functools.lru_cache(maxsize=65_536)
 def _stem(word: str) -> str:
     word = _spelling(word)
     if len(word) <= 3:
@@ -242,57 +246,68 @@ def _number(token: str) -> str:
     return value.lstrip("0") or "0"
 
 
+def _guarded(patterns: list[tuple[re.Pattern[str], str]], pad: bool) -> list[tuple[re.Pattern[str], str, str]]:
+    """Each pattern with the literal every match contains ("" when it has none), so that a text without
+    that literal skips the regex."""
+    return [(pattern, f" {replacement} " if pad else replacement, required_literal(pattern, minimum=1) or "")
+            for pattern, replacement in patterns]
+
+
+_CONTRACTIONS_GUARDED = _guarded(_CONTRACTIONS, pad=False)
+_FRAMES_GUARDED = _guarded(_FRAMES, pad=True)
+
+
 def analyse(text: str) -> Words:
     """Split ``text`` into the word classes the verifier compares."""
     entities = frozenset(_entities(text))
     lowered = text.lower().replace("’", "'")
-    for pattern, repl in _CONTRACTIONS:
-        lowered = pattern.sub(repl, lowered)
-    for frame, replacement in _FRAMES:
-        lowered = frame.sub(f" {replacement} ", lowered)
+    for pattern, repl, literal in _CONTRACTIONS_GUARDED:
+        if literal in lowered:  # a regex costs a microsecond even when it finds nothing
+            lowered = pattern.sub(repl, lowered)
+    for frame, replacement, literal in _FRAMES_GUARDED:
+        if literal in lowered:
+            lowered = frame.sub(replacement, lowered)
     tokens = [token if token in _QUESTION_WORDS else token.replace("_", " ") for token in
               re.findall(r"how_many|" + _TOKEN.pattern, lowered)]
     negations, numbers = [], []
     units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
     sequence, keys = [], set()
     for i, token in enumerate(tokens):
-        key = _key(token, after_number=i > 0 and tokens[i - 1][0].isdigit())
+        after_number = i > 0 and tokens[i - 1][0].isdigit()
+        key = ""  # the compared form of a number, unit or content word, for word order
+        if token in NEGATIONS:
+            negations.append("not")
+        elif token[0].isdigit():
+            numbers.append(_number(token))
+            key = "#" + numbers[-1]
+        elif token in _NUMBER_WORDS and not (token == "second" and after_number):
+            numbers.append(_NUMBER_WORDS[token])
+            key = "#" + numbers[-1]
+        else:
+            stem = _stem(token)
+            unit = _unit(token, stem)
+            if unit is not None and (len(token) > 1 or after_number):
+                units.add(unit)
+                key = "unit:" + unit
+            else:
+                if token in _DATES and (token not in ("am", "pm") or after_number):
+                    dates.add(token[:3])
+                if token in _PAST:
+                    tense.add("past")
+                if token in _FUTURE:
+                    tense.add("future")
+                if token in _COMPARATIVES:
+                    comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
+                elif token in _QUESTION_WORDS:
+                    questions.add(_QUESTION_WORDS[token])
+                elif token in _MODALS:
+                    modals.add(token)
+                elif not (token in _STOP or token in _PAST or token in _FUTURE or token in _DATES):
+                    content.add(stem)
+                    key = stem
         sequence.append(key or token)
         if key:
             keys.add(key)
-        if token in NEGATIONS:
-            negations.append("not")
-            continue
-        if token[0].isdigit():
-            numbers.append(_number(token))
-            continue
-        after_number = i > 0 and tokens[i - 1][0].isdigit()
-        if token in _NUMBER_WORDS and not (token == "second" and after_number):
-            numbers.append(_NUMBER_WORDS[token])
-            continue
-        stem = _stem(token)
-        unit = _unit(token, stem)
-        if unit is not None and (len(token) > 1 or after_number):
-            units.add(unit)
-            continue
-        if token in _DATES and (token not in ("am", "pm") or after_number):
-            dates.add(token[:3])
-        if token in _PAST:
-            tense.add("past")
-        if token in _FUTURE:
-            tense.add("future")
-        if token in _COMPARATIVES:
-            comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
-            continue
-        if token in _QUESTION_WORDS:
-            questions.add(_QUESTION_WORDS[token])
-            continue
-        if token in _MODALS:
-            modals.add(token)
-            continue
-        if token in _STOP or token in _PAST or token in _FUTURE or token in _DATES:
-            continue
-        content.add(stem)
     return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
                  frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
                  frozenset(content), frozenset(tokens), frozenset(_directions(tokens)), tuple(sequence),
@@ -302,23 +317,6 @@ def analyse(text: str) -> Words:
 def _unit(token: str, stem: str) -> str | None:
     """The unit a word names ("miles": "mile"), or None."""
     return _UNITS.get(token) or (_UNITS.get(token[:-1]) if token.endswith("s") else None) or _UNITS.get(stem)
-
-
-def _key(token: str, *, after_number: bool) -> str:
-    """The compared form of a number, unit or content word (as :func:`analyse` classes it); "" for the rest."""
-    if token[0].isdigit():
-        return "#" + _number(token)
-    if token in _NUMBER_WORDS and not (token == "second" and after_number):
-        return "#" + _NUMBER_WORDS[token]
-    if token in NEGATIONS or token in _COMPARATIVES or token in _QUESTION_WORDS or token in _MODALS:
-        return ""
-    stem = _stem(token)
-    unit = _unit(token, stem)
-    if unit is not None and (len(token) > 1 or after_number):
-        return "unit:" + unit
-    if token in _STOP or token in _PAST or token in _FUTURE or token in _DATES:
-        return ""
-    return stem
 
 
 def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
