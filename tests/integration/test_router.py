@@ -18,6 +18,7 @@ from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
 from laya.errors import InvalidRequest
+from laya.ops.metrics import RouterMetrics
 from laya.router.ingress import Router
 from laya.router.stages import DecodeStage, Flight
 from laya.worker.jobs import JOB_FUNCTION
@@ -243,12 +244,17 @@ class TripWire:
 
 
 @pytest.mark.parametrize(("effect", "where"), [("raise", 1), ("bad model", 3)], ids=["in a stage", "in the commit"])
-def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis, effect: str, where: int) -> None:
+def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis, effect: str, where: int,
+                                               caplog: pytest.LogCaptureFixture) -> None:
     router = make_router(settings, redis)
     router.stages.insert(where, TripWire(effect))  # "bad model": after the cache, before admission
     client = Client(redis)
     tripped, greeting, story = client.submit("trip the wire"), client.submit("hello"), client.submit("a story")
-    pump(router)
+    with caplog.at_level(logging.ERROR, logger="laya.router"):
+        pump(router)
+    if effect == "bad model":  # the operator's log says what happened, and to which entry
+        assert "batch commit failed; writing its 3 entries one by one" in caplog.messages
+        assert sum(m.startswith("entry ") and m.endswith(" could not be committed") for m in caplog.messages) == 1
     failed = client.result(tripped)
     assert failed is not None and failed.route == "error:internal" and failed.error is not None
     assert failed.error.message.endswith("; the router log has the details")
@@ -257,6 +263,15 @@ def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis,
     assert Queue("laya:llm:default:normal", connection=redis, serializer="json").job_ids == [story]
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
     assert router.admission.depth(("default", "normal")) == 1  # a failed admission is released
+
+
+def test_a_router_with_metrics_times_each_commit(settings: Settings, redis: Redis) -> None:
+    metrics = RouterMetrics()
+    router = Router(settings, redis, consumer="test", metrics=metrics)
+    router.ensure_group()
+    Client(redis).submit("a story")
+    pump(router)
+    assert sum(metrics.commit.counts) == 1 and 0 < metrics.commit.total < 10e9  # nanoseconds: under 10 s
 
 
 class BuggyDecoder:
