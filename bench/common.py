@@ -12,6 +12,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,6 +54,19 @@ def summary_us(samples_ns: list[int]) -> dict[str, float]:
 
 RUNS_HEADING = "## Runs (latest last)"
 MAX_RUNS = 12
+
+
+def host_speed_ms() -> float:
+    """Milliseconds a fixed pure-Python loop (one million additions) takes, the best of five: how fast this
+    machine ran at the time, so that runs on a shared or throttled machine can be compared."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
 
 
 def checkout() -> str:
