@@ -17,6 +17,7 @@ from rq import Queue
 from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
+from laya.connection import open_redis
 from laya.errors import InvalidRequest
 from laya.ops.metrics import RouterMetrics
 from laya.router.ingress import Router
@@ -264,6 +265,26 @@ def test_a_bug_costs_one_request_not_its_batch(settings: Settings, redis: Redis,
     assert Queue("laya:llm:default:normal", connection=redis, serializer="json").job_ids == [story]
     assert redis.xpending("laya:ingress", "routers")["pending"] == 0
     assert router.admission.depth(("default", "normal")) == 1  # a failed admission is released
+
+
+def test_a_batch_write_redis_refuses_writes_nothing_of_it(settings: Settings, redis: Redis,
+                                                          redis_server: Server) -> None:
+    """The commit is one MULTI/EXEC: a command Redis refuses while queuing it (here LTRIM, which the router's
+    user may not run, in the workers' wake-up) aborts the whole write, so no job is enqueued for a request
+    that is then answered with an error. As a plain pipeline the job would be enqueued, twice, and run."""
+    redis.acl_setuser("limited", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                      commands=["+@all", "-ltrim"])
+    try:
+        limited = open_redis(redis_server.url.replace("redis://", "redis://limited:pw@"))
+        router = make_router(settings, limited)
+        request_id = Client(redis).submit("a story")
+        pump(router)
+        failed = Client(redis).result(request_id)
+        assert failed is not None and failed.route == "error:internal"
+        assert redis.llen("rq:queue:laya:llm:default:normal") == 0
+        assert redis.xpending("laya:ingress", "routers")["pending"] == 0
+    finally:
+        redis.acl_deluser("limited")
 
 
 def test_a_router_with_metrics_times_each_commit(settings: Settings, redis: Redis) -> None:
