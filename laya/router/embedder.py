@@ -19,8 +19,9 @@ words and a sentence's tokens are its words' tokens, one word after the other.
 The embedder therefore keeps each word's token ids (``word_cache`` words at
 most) and tokenizes only words it has not seen. It checks that property of the
 tokenizer when it loads and tokenizes whole texts when it does not hold, or
-when a text has two spaces in a row, a space at either end, or one of the
-tokenizer's special tokens (``<s>``), which the tokenizer cuts out first.
+when a text has two spaces in a row, a space at either end, a ``▁`` of its own
+(the tokenizer would join it to the space before it), or one of the tokenizer's
+special tokens (``<s>``), which the tokenizer cuts out first.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Embedder:
 
     def token_ids(self, text: str) -> list[int]:
         """The tokenizer's ids for ``text``, from the word cache where that gives the same ids."""
-        if (not self.by_word or "  " in text or text.startswith(" ") or text.endswith(" ")
+        if (not self.by_word or "  " in text or text.startswith(" ") or text.endswith(" ") or "\u2581" in text
                 or any(special in text for special in self._specials)):
             return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
         words = self._words
@@ -88,9 +89,11 @@ class Embedder:
         for word in text.split(" "):
             known = words.get(word)
             if known is None:
-                if len(words) >= self._word_cache:
-                    words.clear()  # a crude bound, and rare: the words a router sees repeat
-                known = words[word] = self._tokenizer.encode(word, add_special_tokens=False).ids if word else []
+                known = self._tokenizer.encode(word, add_special_tokens=False).ids if word else []
+                if len(word) <= 64:  # a bound on the size of an entry; the cache bounds their number
+                    if len(words) >= self._word_cache:
+                        words.clear()  # crude, and rare: the words a router sees repeat
+                    words[word] = known
             ids += known
         return ids
 

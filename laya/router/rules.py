@@ -226,7 +226,8 @@ def required_literal(pattern: re.Pattern[str], minimum: int = 3) -> str | None:
             runs.append("".join(current))
             current = []
             if op is sre_constants.SUBPATTERN:
-                walk(arg[-1])
+                if not arg[1] & re.IGNORECASE:  # a scoped (?i:...) matches other cases than its literals
+                    walk(arg[-1])
             elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and arg[0] >= 1:
                 walk(arg[2])
         runs.append("".join(current))

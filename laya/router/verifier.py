@@ -31,6 +31,7 @@ in hits and what it saves in wrong answers.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -58,8 +59,8 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bhow (do|can|should|would) (i|we|one)\b", "how to"), (r"\bwhat is the (best )?way to\b", "how to"),
     (r"\bis there a way to\b", "how to"), (r"\b(can|could|would|will) you( please)?\b", ""),
     (r"\bis it possible to\b", "can i"), (r"\bunable to\b", "can not"), (r"\bgoing to\b", "will"),
-    (r"\bwhat time\b", "when"), (r"\bhow much (is|are)\b", r"what \1"), (r"\bhow (many|much)\b", "how_many"),
-    (r"\b(what (?:is|are|was|were)\b.*?)\blike\b", r"\1"), (r"\bwork out\b", "calculate"),
+    (r"\bwhat time\b", "when"), (r"\bhow (many|much)\b", "how_many"),
+    (r"\b(what (?:is|are|was|were) the \w+) like\b", r"\1"), (r"\bwork out\b", "calculate"),
     (r"\bhow (do|would|can) (you|i|we) say\b", "translate"),
     (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
     (r"\bhelp me( to)?\b", ""), (r"\btell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
@@ -176,6 +177,8 @@ _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "
                          "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
 _SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
+_ORDER_REACH = 16
+"""How many words apart two swapped words may be (a bound on the work a long prompt costs)."""
 """Words that join two things either way round: "Berlin and Paris" is "Paris and Berlin"."""
 
 
@@ -220,8 +223,12 @@ def _spelling(word: str) -> str:
     return word
 
 
-@functools.lru_cache(maxsize=65_536)
 def _stem(word: str) -> str:
+    """:func:`_stem_uncached`, remembered for words of ordinary length (a prompt repeats its words)."""
+    return _stem_cached(word) if len(word) <= 64 else _stem_uncached(word)
+
+
+def _stem_uncached(word: str) -> str:
     word = _spelling(word)
     if len(word) <= 3:
         return word
@@ -237,6 +244,9 @@ def _stem(word: str) -> str:
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
         word = word[:-1]
     return word.rstrip("e") if len(word) > 3 else word
+
+
+_stem_cached = functools.lru_cache(maxsize=65_536)(_stem_uncached)
 
 
 def _number(token: str) -> str:
@@ -316,7 +326,8 @@ def analyse(text: str) -> Words:
 
 def _unit(token: str, stem: str) -> str | None:
     """The unit a word names ("miles": "mile"), or None."""
-    return _UNITS.get(token) or (_UNITS.get(token[:-1]) if token.endswith("s") else None) or _UNITS.get(stem)
+    plural = len(token) > 2 and token.endswith("s")  # not "vs" or "cs"
+    return _UNITS.get(token) or (_UNITS.get(token[:-1]) if plural else None) or _UNITS.get(stem)
 
 
 def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
@@ -324,14 +335,18 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
     "Did the Yankees beat the Red Sox" / "... the Red Sox beat the Yankees", "Is Alice Bob's manager" /
     "Is Bob Alice's manager". A phrase that moves as a block ("hotels in Rome under 100 euros" / "hotels
     under 100 euros in Rome") has other words between them and passes; so do words joined by "and", "or"
-    or "vs" alone ("Berlin and Paris" / "Paris and Berlin")."""
+    or "vs" alone ("Berlin and Paris" / "Paris and Berlin"). Words more than ``_ORDER_REACH`` compared
+    words apart are not paired, so that a prompt of thousands of words costs linear time."""
+    count_a, count_b = Counter(a.sequence), Counter(b.sequence)
+    where_a = {k: i for i, k in enumerate(a.sequence)
+               if count_a[k] == 1 and count_b[k] == 1 and k in a.keys and k in b.keys}
+    once = sorted(where_a, key=where_a.__getitem__)
+    where_b = {k: i for i, k in enumerate(b.sequence) if k in where_a}
+    if all(where_b[x] < where_b[y] for x, y in itertools.pairwise(once)):
+        return None  # the same order on both sides
     keys = a.keys | b.keys
-    once = [k for k in a.keys & b.keys if a.sequence.count(k) == 1 and b.sequence.count(k) == 1]
-    where_a = {k: a.sequence.index(k) for k in once}
-    where_b = {k: b.sequence.index(k) for k in once}
-    once.sort(key=where_a.__getitem__)
     for i, first in enumerate(once):
-        for second in once[i + 1:]:
+        for second in once[i + 1:i + 1 + _ORDER_REACH]:
             if where_b[first] < where_b[second]:
                 continue
             between_a = [t for t in a.sequence[where_a[first] + 1:where_a[second]] if t not in keys]

@@ -17,6 +17,7 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 AWKWARD = [
     "", " ", "a", "don't", "3.14 km/h!", "naïve café 東京 🙂", "tab\there", "new\nline", "x<s>y", "hello <s> world",
     "</s> end", "  two  spaces ", " leading", "trailing ", "a  b", "‘quoted’ — dash", "email me at a@b.co",
+    "a\u2581 1", "x\u2581y z", "\u2581 lead", "word " * 3 + "x" * 100,
 ]
 
 

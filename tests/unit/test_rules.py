@@ -62,6 +62,9 @@ def test_regex_prefilter_keeps_results_and_skips_regexes_whose_literal_is_absent
     assert required_literal(stdlib_re.compile(r"order #\d+")) == "order #"
     assert required_literal(stdlib_re.compile(r"(?i)Status of ORDER")) == "status of order"
     assert required_literal(stdlib_re.compile(r"(cat|dog)s?")) is None
+    # A scoped case-insensitive group matches other cases than it spells: its letters are no literal.
+    assert required_literal(stdlib_re.compile(r"(?i:REFUND) now")) == " now"
+    assert RuleSet([rule("scoped", "regex", r"(?i:REFUND) now")]).match("refund now") is not None
     rules = RuleSet([rule("status", "regex", r"order #\d+"), rule("any", "regex", r"(cat|dog)")])
     assert rules.match("where is order #12?").matched == "order #12"  # type: ignore[union-attr]
     assert rules.match("my dog").rule.name == "any"  # type: ignore[union-attr]
@@ -76,7 +79,7 @@ def test_templates_render_prompt_match_and_id() -> None:
 
 
 WORDS = ["cat", "dog", "order", "refund", "hi", "a b", "ca"]
-REGEXES = [r"c.t", r"\bdog\b", r"(cat|dog)", r"ord(er)?", r"^hi", r"a+ b", r"(?i)REFUND", r"order\b", r"(dog )+cat",
+REGEXES = [r"c.t", r"\bdog\b", r"(cat|dog)", r"ord(er)?", r"^hi", r"a+ b", r"(?i)REFUND", r"(?i:REF)und", r"order\b", r"(dog )+cat",
            r"ca(t)?$", r"x*"]
 specs_strategy = st.lists(
     st.one_of(

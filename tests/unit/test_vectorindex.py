@@ -54,3 +54,25 @@ def test_search_equals_a_plain_matrix_product_on_sentence_embeddings() -> None:
 def test_an_empty_index_finds_nothing() -> None:
     index = VectorIndex(np.zeros((0, 0), dtype=np.float32), np.zeros(0, dtype=np.float32))
     assert len(index) == 0 and index.search(np.ones(8, dtype=np.float32))[0].size == 0
+
+
+def test_a_query_with_almost_no_length_beyond_the_head_still_finds_a_row_at_its_threshold() -> None:
+    # Rows in the head's subspace, but for a few; queries whose length beyond the head is 1e-5 to 1e-1:
+    # the bound's square root of a difference of near-equal numbers must not come out short.
+    rng = np.random.default_rng(0)
+    dim, n, head = 64, 400, 8
+    basis = np.linalg.qr(rng.standard_normal((dim, dim)))[0].astype(np.float32)
+    vectors = (rng.standard_normal((n, head)) @ basis[:, :head].T).astype(np.float32)
+    vectors[:20] = rng.standard_normal((20, dim)) @ basis.T
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    axes = VectorIndex(vectors, np.zeros(n, dtype=np.float32), head=head)._axes
+    for trial in range(200):
+        row = vectors[trial % 20]
+        beyond = row - axes @ (axes.T @ row)
+        inside = rng.standard_normal(head).astype(np.float32) @ axes.T
+        query = inside / np.linalg.norm(inside) + 10 ** rng.uniform(-5, -1) * beyond / np.linalg.norm(beyond)
+        query = (query / np.linalg.norm(query)).astype(np.float32)
+        thresholds = np.full(n, 2.0, dtype=np.float32)  # no other row can match
+        thresholds[trial % 20] = float(vectors[trial % 20] @ query) - 1e-5
+        found, _ = VectorIndex(vectors, thresholds, head=head).search(query)
+        assert found.tolist() == [trial % 20], trial
