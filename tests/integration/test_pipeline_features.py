@@ -8,6 +8,7 @@ Q4_K_M) against the session's Valkey server.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from rq import Queue
 from laya.client import Chunk, Client
 from laya.config import Settings
 from laya.keys import Keys
+from laya.ops.metrics import WorkerMetrics
 from laya.results import ResultStore
 from laya.router.ingress import Router
 from laya.schema import Request, Result
@@ -347,17 +349,35 @@ def test_a_flood_of_bulk_never_refuses_a_high_request(settings: Settings, redis:
 # -- deadlines ----------------------------------------------------------------------------------------
 
 
-def test_a_job_not_started_by_its_deadline_is_answered_expired_without_running(settings: Settings,
-                                                                               redis: Redis) -> None:
+def test_a_job_not_started_by_its_deadline_is_answered_expired_without_running(
+        settings: Settings, redis: Redis, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    counted: list[dict[str, Any]] = []
+    finished = WorkerMetrics.finished
+
+    def spy(self: WorkerMetrics, **kwargs: Any) -> None:  # the real method runs; the test sees what it counted
+        counted.append(kwargs)
+        finished(self, **kwargs)
+
+    monkeypatch.setattr(WorkerMetrics, "finished", spy)
     client = Client(redis)
-    late = client.submit("a story", deadline_s=0.4, stream=True)
+    late = client.submit("a story", deadline_s=0.4, stream=True, metadata={"job": "late"})
     fine = client.submit("another story", deadline_s=60)
     route_all(settings, redis)
     time.sleep(0.5)  # the queue was busy for longer than the producer would wait
-    work(settings, redis)
+    with caplog.at_level(logging.INFO, logger="laya.worker"):
+        work(settings, redis)
     expired = client.wait(late, timeout=5)
     assert expired.route == "error:expired" and not expired.ok and expired.error is not None
-    assert "deadline_s 0.4 passed" in expired.error.message and "nothing ran" in expired.error.message
+    assert expired.model == "default" and expired.metadata == {"job": "late"}
+    found = re.fullmatch(r'deadline_s 0\.4 passed (\d+\.\d) s before a worker could start the request; nothing ran\. '
+                         r'Raise deadline_s, or send it with priority "high"', expired.error.message)
+    assert found is not None, expired.error.message
+    assert 0 <= float(found.group(1)) < 5  # seconds past the deadline, as measured
+    assert f"request {late} expired in the queue; not run" in caplog.messages
+    assert {"outcome": "expired", "ttft_s": None, "rate": None, "prompt_tokens": 0, "cached_tokens": 0,
+            "completion_tokens": 0} in [{k: v for k, v in c.items() if k != "queue_wait_s"} for c in counted]
+    wait_s = next(c["queue_wait_s"] for c in counted if c["outcome"] == "expired")
+    assert wait_s >= 0.4 and expired.timings.queue_wait_ms == pytest.approx(wait_s * 1000, rel=1e-9)
     assert expired.usage.completion_tokens == 0 and expired.timings.ttft_ms is None
     assert expired.timings.queue_wait_ms is not None and expired.timings.queue_wait_ms >= 400
     assert [i for i in client.follow(late, timeout=5)] == [expired]  # a streaming reader gets the end too
