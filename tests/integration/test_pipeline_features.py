@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 from redis import Redis
 from rq import Queue
+from rq.job import Job
 
 from laya.client import Chunk, Client
 from laya.config import Settings
@@ -374,6 +375,8 @@ def test_a_job_not_started_by_its_deadline_is_answered_expired_without_running(
     assert found is not None, expired.error.message
     assert 0 <= float(found.group(1)) < 5  # seconds past the deadline, as measured
     assert f"request {late} expired in the queue; not run" in caplog.messages
+    # What `rq info` and RQ's job record show for it.
+    assert Job.fetch(late, connection=redis, serializer="json").return_value() == {"route": "error:expired"}
     assert {"outcome": "expired", "ttft_s": None, "rate": None, "prompt_tokens": 0, "cached_tokens": 0,
             "completion_tokens": 0} in [{k: v for k, v in c.items() if k != "queue_wait_s"} for c in counted]
     wait_s = next(c["queue_wait_s"] for c in counted if c["outcome"] == "expired")
