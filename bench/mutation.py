@@ -170,6 +170,8 @@ def main() -> None:
     parser.add_argument("--also", type=Path, nargs="*", default=[], metavar="WORKDIR",
                         help="other runs' workdirs whose results the report merges in")
     parser.add_argument("--list", action="store_true", help="report the runs in the workdirs, run nothing")
+    parser.add_argument("--output", default="mutation_run.txt", metavar="NAME",
+                        help="the report's file name in bench/results/ (default mutation_run.txt)")
     args = parser.parse_args()
     note = ""
     if not args.list:
@@ -190,7 +192,7 @@ def main() -> None:
             raise SystemExit(f"mutmut run failed ({done.returncode}); see {args.workdir / 'mutmut.log'}")
         note = f"{(time.monotonic() - started) / 60:.0f} min"
     text = report([args.workdir, *args.also], args.globs, note)
-    (RESULTS / "mutation_run.txt").write_text(text)
+    (RESULTS / args.output).write_text(text)
     print(text)
 
 
