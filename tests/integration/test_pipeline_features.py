@@ -214,6 +214,19 @@ def test_stop_strings_never_leak_into_chunks(settings: Settings, redis: Redis) -
     assert "".join(c.text for c in items[:-1] if isinstance(c, Chunk)) == "pqrs"
 
 
+def test_a_long_stream_is_capped_at_stream_max_chunks(settings: Settings, redis: Redis, endless_model: Path) -> None:
+    settings = with_model(settings, endless_model, stream_flush_ms=0, stream_max_chunks=16)
+    client = Client(redis)
+    request_id = client.submit("a", max_tokens=400, stream=True)
+    route_all(settings, redis)
+    work(settings, redis)
+    result = client.wait(request_id, timeout=10)
+    assert result.usage.completion_tokens == 400
+    # MAXLEN ~ trims whole stream nodes (100 entries each), so the cap is approximate, but 400 chunks are cut.
+    entries = redis.xrange(Keys().stream(request_id))
+    assert len(entries) < 200 and END in entries[-1][1]
+
+
 def test_a_rule_answer_ends_the_stream_at_once(settings: Settings, redis: Redis) -> None:
     client = Client(redis)
     started = time.monotonic()

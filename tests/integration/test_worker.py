@@ -76,8 +76,9 @@ def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Set
     route_all(settings, redis)
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     result = client.wait(long, timeout=5)
-    assert result.route == "error:context_too_long"
+    assert result.route == "error:context_too_long" and result.model == "default"
     assert "max_seq_len" in result.error.message  # type: ignore[union-attr]
+    assert result.timings.queue_wait_ms is not None and result.timings.total_ms is not None
 
 
 def test_a_job_naming_another_function_does_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
