@@ -154,3 +154,22 @@ def settings(redis_server: Server, tiny_model: Path, routes_file: Path) -> Setti
         "runtime": {"max_seq_len": 512, "heartbeat_interval_s": 0.05},
         "router": {"routes_file": str(routes_file), "block_ms": 100},
     })
+
+
+@pytest.fixture
+def counted_jobs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """What in-process workers count for each job they finish (``WorkerMetrics.finished``'s arguments).
+
+    The real method still runs: this only lets a test see what the metrics were told.
+    """
+    from laya.ops.metrics import WorkerMetrics
+
+    counted: list[dict[str, object]] = []
+    finished = WorkerMetrics.finished
+
+    def spy(self: WorkerMetrics, **kwargs: object) -> None:
+        counted.append(kwargs)
+        finished(self, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(WorkerMetrics, "finished", spy)
+    return counted

@@ -70,15 +70,22 @@ def test_total_ms_runs_from_the_producer_s_submit_time_and_never_goes_below_zero
     assert client.wait(ahead, timeout=5).timings.total_ms == 0.0
 
 
-def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Settings, redis: Redis) -> None:
+def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Settings, redis: Redis,
+                                                                  counted_jobs: list[dict[str, Any]]) -> None:
     client = Client(redis)
-    long = client.submit("word " * 200, max_tokens=4)  # fits the router's byte limit, not the 512-token window
+    # Fits the router's byte limit, not the 512-token window.
+    long = client.submit("word " * 200, max_tokens=4, metadata={"line": 7})
     route_all(settings, redis)
     run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     result = client.wait(long, timeout=5)
     assert result.route == "error:context_too_long" and result.model == "default"
+    assert result.metadata == {"line": 7}
     assert "max_seq_len" in result.error.message  # type: ignore[union-attr]
     assert result.timings.queue_wait_ms is not None and result.timings.total_ms is not None
+    [count] = counted_jobs
+    assert count.pop("queue_wait_s") == pytest.approx(result.timings.queue_wait_ms / 1000, rel=1e-9)
+    assert count == {"outcome": "context_too_long", "ttft_s": None, "rate": None, "prompt_tokens": 0,
+                     "cached_tokens": 0, "completion_tokens": 0}
 
 
 def test_a_job_naming_another_function_does_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
