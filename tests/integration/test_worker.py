@@ -11,14 +11,14 @@ import orjson
 import pytest
 from redis import Redis
 from rq import Queue, Retry
-from rq.job import JobStatus
+from rq.job import Job, JobStatus
 
 from laya.client import Client
 from laya.config import Settings
 from laya.keys import Keys
 from laya.router.ingress import Router
 from laya.schema import Request
-from laya.worker.backend import LlamaBackend
+from laya.worker.backend import Controls, Generation, LlamaBackend
 from laya.worker.jobs import JOB_FUNCTION
 from laya.worker.rqworker import run_worker
 from laya.worker.tinymodel import TinyModelSpec, expected_completion, write_tiny_model
@@ -71,12 +71,14 @@ def test_total_ms_runs_from_the_producer_s_submit_time_and_never_goes_below_zero
 
 
 def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Settings, redis: Redis,
-                                                                  counted_jobs: list[dict[str, Any]]) -> None:
+                                                                  counted_jobs: list[dict[str, Any]],
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     client = Client(redis)
     # Fits the router's byte limit, not the 512-token window.
     long = client.submit("word " * 200, max_tokens=4, metadata={"line": 7})
     route_all(settings, redis)
-    run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    with caplog.at_level(logging.WARNING, logger="laya.worker"):
+        run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
     result = client.wait(long, timeout=5)
     assert result.route == "error:context_too_long" and result.model == "default"
     assert result.metadata == {"line": 7}
@@ -86,6 +88,38 @@ def test_context_too_long_is_an_error_result_counted_by_the_worker(settings: Set
     assert count.pop("queue_wait_s") == pytest.approx(result.timings.queue_wait_ms / 1000, rel=1e-9)
     assert count == {"outcome": "context_too_long", "ttft_s": None, "rate": None, "prompt_tokens": 0,
                      "cached_tokens": 0, "completion_tokens": 0}
+    assert f"request {long} failed: context_too_long" in caplog.messages
+    assert Job.fetch(long, connection=redis, serializer="json").return_value() == {"route": "error:context_too_long"}
+
+
+class Recorded(LlamaBackend):
+    """The real backend; keeps what each generation returned, for the test to compare with the result."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.generations: list[Generation] = []
+
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
+        self.generations.append(super().generate(request, max_tokens=max_tokens, controls=controls))
+        return self.generations[-1]
+
+
+def test_a_result_s_timings_and_the_count_are_the_generation_s(settings: Settings, redis: Redis,
+                                                               counted_jobs: list[dict[str, Any]]) -> None:
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=8)
+    route_all(settings, redis)
+    backend = Recorded(settings)
+    run_worker(settings, redis, burst=True, backend=backend)
+    result = client.wait(request_id, timeout=5)
+    [gen] = backend.generations
+    assert result.timings.ttft_ms == pytest.approx(gen.ttft_s * 1000, rel=1e-9)
+    assert result.timings.generation_ms == pytest.approx(gen.generation_s * 1000, rel=1e-9)
+    assert result.usage.prompt_tokens == gen.prompt_tokens and result.usage.completion_tokens == gen.completion_tokens
+    [count] = counted_jobs
+    assert count["outcome"] == "ok" and count["ttft_s"] == gen.ttft_s and count["rate"] == gen.decode_tokens_per_s
+    assert (count["prompt_tokens"], count["cached_tokens"], count["completion_tokens"]) == (
+        gen.prompt_tokens, gen.cached_tokens, gen.completion_tokens)
 
 
 def test_a_job_naming_another_function_does_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
