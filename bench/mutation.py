@@ -71,6 +71,7 @@ TESTS = [
     "tests/integration/test_security.py",
     "tests/integration/test_faults.py",
     "tests/integration/test_pipeline_features.py",
+    "tests/integration/test_semantic.py",  # the worker's semantic record, in _generate
     # Tests that run `laya` (or a worker script) as a subprocess see the installed, unmutated package.
     "-k", ("not password and not tls and not killed and not real_processes and not sigterm and not aof "
            "and not duplicate_delivery and not overload and not cannot_reach and not signal and not reclaimed "

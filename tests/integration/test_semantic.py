@@ -63,6 +63,17 @@ def test_a_paraphrase_is_answered_from_the_semantic_cache_and_a_negation_is_not(
     assert client.result(negation) is None and client.result(exact_only) is None  # both queued for the model
 
 
+def test_the_semantic_log_is_capped_at_semantic_cache_size(semantic: Settings, redis: Redis) -> None:
+    semantic = semantic.model_copy(update={"router": semantic.router.model_copy(update={"semantic_cache_size": 10})})
+    client = Client(redis)
+    for i in range(250):
+        client.submit(f"story number {i}", cache="semantic", max_tokens=1)
+    route_all(semantic, redis)
+    work(semantic, redis)
+    # MAXLEN ~ trims whole stream nodes (100 entries each): approximate, but 250 answers are cut.
+    assert redis.xlen(Keys().semantic_log) < 200
+
+
 def test_answers_never_cross_sampling_parameters_schemas_or_models(semantic: Settings, redis: Redis) -> None:
     client = Client(redis)
     answered_by_model(client, semantic, redis, "Please refund my order")
