@@ -112,13 +112,15 @@ def test_a_schema_is_part_of_the_cache_key_and_key_order_is_not(settings: Settin
     assert client.result(other) is None and client.result(plain) is None  # both went to the model queue
 
 
-def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, redis: Redis) -> None:
+def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, redis: Redis,
+                                                            counted_jobs: list[dict[str, Any]]) -> None:
     client = Client(redis)
     fmt = {"type": "json_schema", "schema": SCHEMAS["object"]}
     cut = client.submit("hello", max_tokens=5, response_format=fmt)
     route_all(settings, redis)
     work(settings, redis)
     result = client.wait(cut, timeout=5)
+    assert [c["outcome"] for c in counted_jobs] == ["incomplete_json"]  # counted as the error it is, not "ok"
     assert (result.ok, result.finish_reason, result.json_value) == (False, "length", None)
     assert result.error is not None and result.error.code == "incomplete_json" and result.error.field == "max_tokens"
     assert "before the JSON closed" in result.error.message and "Raise max_tokens" in result.error.message

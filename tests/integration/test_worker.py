@@ -117,9 +117,12 @@ def test_a_result_s_timings_and_the_count_are_the_generation_s(settings: Setting
     assert result.timings.generation_ms == pytest.approx(gen.generation_s * 1000, rel=1e-9)
     assert result.usage.prompt_tokens == gen.prompt_tokens and result.usage.completion_tokens == gen.completion_tokens
     [count] = counted_jobs
-    assert count["outcome"] == "ok" and count["ttft_s"] == gen.ttft_s and count["rate"] == gen.decode_tokens_per_s
-    assert (count["prompt_tokens"], count["cached_tokens"], count["completion_tokens"]) == (
-        gen.prompt_tokens, gen.cached_tokens, gen.completion_tokens)
+    assert count.pop("queue_wait_s") == pytest.approx(result.timings.queue_wait_ms / 1000, rel=1e-9)
+    assert count == {"outcome": "ok", "ttft_s": gen.ttft_s, "rate": gen.decode_tokens_per_s,
+                     "prompt_tokens": gen.prompt_tokens, "cached_tokens": gen.cached_tokens,
+                     "completion_tokens": gen.completion_tokens}
+    assert Job.fetch(request_id, connection=redis, serializer="json").return_value() == {
+        "route": "model:default", "completion_tokens": gen.completion_tokens}
 
 
 def test_a_job_naming_another_function_does_not_run(settings: Settings, redis: Redis, tmp_path: Path) -> None:
