@@ -337,13 +337,16 @@ class SemanticRoutingBench:
     index_search: dict[str, float]
     intent_hits: float
     load_s: float
+    by_stage: dict[str, float]
+    """The no-pattern requests' p50 per stage (``accept``: decoding the request), and, inside the intents
+    stage, the embedding and the search alone."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"rules": self.rules, "intents": self.intents, "examples": self.examples, "requests": self.requests,
                 "exact_baseline_us": self.exact_baseline, "exact_with_semantic_rules_us": self.exact_with_semantic,
                 "semantic_decision_us": self.semantic, "index_search_us": self.index_search,
                 "brute_force_search_us": self.brute_force_search, "intent_hit_share": self.intent_hits,
-                "embedder_load_s": self.load_s}
+                "embedder_load_s": self.load_s, "by_stage_p50_us": self.by_stage}
 
     def table(self) -> str:
         rows = [(f"semantic routing: {self.rules} pattern rules + {self.intents} intents x "
@@ -357,7 +360,9 @@ class SemanticRoutingBench:
                 ("  of which the example search (index)", self.index_search),
                 ("  the same search as one matrix product", self.brute_force_search)):
             rows.append(f"{name:<58}{figures['p50']:>9.2f}{figures['p99']:>9.2f}{figures['mean']:>9.2f}")
-        rows += ["", f"{self.intent_hits:.0%} of the no-pattern requests matched an intent"]
+        rows += ["", "no pattern matches, p50 by stage (µs): "
+                 + ", ".join(f"{name} {value:.2f}" for name, value in self.by_stage.items()),
+                 "", f"{self.intent_hits:.0%} of the no-pattern requests matched an intent"]
         return "\n".join(rows)
 
 
@@ -420,6 +425,29 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     queries = [embedder.embed(normalise(t)) for t in semantic_texts[:5000]]
     searched = _timed(queries, index.index.search)
     brute = _timed(queries, index.index.brute_force)
+    by_stage = {name: _summary(samples)["p50"] for name, samples in _stage_times(router, semantic_in[:5000]).items()}
+    by_stage["intents: embedding"] = _summary(_timed([normalise(t) for t in semantic_texts[:5000]],
+                                                     embedder.embed))["p50"]
+    by_stage["intents: search"] = _summary(searched)["p50"]
     return SemanticRoutingBench(n_rules, n_intents, len(index), requests, _summary(base), _summary(with_semantic),
                                 _summary(semantic), _summary(brute), _summary(searched), round(hits, 3),
-                                round(load_s, 2))
+                                round(load_s, 2), by_stage)
+
+
+def _stage_times(router: Any, requests: list[Request]) -> dict[str, list[int]]:
+    """Each request's time in each of the router's deciding stages, one request at a time."""
+    from laya.router.stages import Flight
+
+    clock, no_redis = time.perf_counter_ns, _NoRedis()
+    stages, accept = router.stages[1:-1], router.decode_stage.accept
+    times: dict[str, list[int]] = {"accept": [], **{stage.name: [] for stage in stages}}
+    for request in requests:
+        started = clock()
+        flight = Flight("0-0", {}, started)
+        accept(flight, request)
+        times["accept"].append(clock() - started)
+        for stage in stages:
+            started = clock()
+            stage.run([flight], no_redis)
+            times[stage.name].append(clock() - started)
+    return times
