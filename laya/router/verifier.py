@@ -8,7 +8,7 @@ two prompts to agree, word class by word class, on everything that changes an
 answer:
 
 * **negation** — not / no / never / without / none ... (``don't`` is ``do not``);
-* **numbers** — digits and number words (``5`` and ``five`` agree);
+* **numbers** — digits and number words (``5`` and ``five`` agree; ``one`` may stand for ``a``);
 * **units and currencies** — km, miles, %, $, EUR ...;
 * **dates and times** — months, weekdays, today / tomorrow, years (numbers);
 * **tense** — did / was / will (what happened is not what will happen);
@@ -18,9 +18,12 @@ answer:
 * **word order** — two words that trade places around the same words ("5 miles
   in km" / "5 km in miles", "Did the Yankees beat the Red Sox"): the embedding
   is a sum of word vectors and cannot see order at all;
+* **question words** — who / where / when / why / how many must agree; "how" and
+  "what" ask alike ("How tall is ..." / "What is the height of ...");
 * **everything else** — every remaining content word must be on both sides,
   or have a listed synonym there. Function words, politeness ("please",
-  "can you") and first-person pronouns may differ.
+  "can you"), first-person pronouns and the words that only frame a request
+  ("explain", "the steps to", "I need") may differ.
 
 The last rule makes the verifier strict: a paraphrase that swaps content
 words with no listed synonym is not a hit (it is asked of the model, as an
@@ -64,13 +67,18 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bhow (do|would|can) (you|i|we) say\b", "translate"),
     (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
     (r"\bhelp me( to)?\b", ""), (r"\btell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
-    (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""))]
+    (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
+    (r"\b(turn|switch|shut) off\b", "disable"), (r"\b(turn|switch) on\b", "enable"), (r"\bget rid of\b", "remove"),
+    (r"\blook(ing)? for\b", "find"), (r"\b(stand|stands|short) for\b", "mean"),
+    (r"\bset (a |an )?reminder\b", "remind"), (r"\bin (simple|plain) (terms|words|english)\b", "simply"))]
 
 FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "need",
-                           "want", "convert", "calculate", "compute"})
-"""Verbs that only ask for the answer ("Show flights to Rome", "I need a flight to Rome", "Convert 5 km to
-miles" / "What is 5 km in miles?"): they frame a request, like "please". A verb that acts (book, delete, send)
-is content."""
+                           "want", "convert", "calculate", "compute", "explain", "describe", "step", "steps",
+                           "method", "procedure", "process", "overview", "require", "required", "use", "check"})
+"""Words that only ask for the answer ("Show flights to Rome", "I need a flight to Rome", "Convert 5 km to
+miles" / "What is 5 km in miles?", "Explain how vaccines work" / "How do vaccines work?", "What are the steps
+to reset my password?" / "How do I reset my password?"): they frame a request, like "please". A verb that
+acts (book, delete, send) is content."""
 NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
                        "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
 _NUMBER_WORDS = {w: str(i) for i, w in enumerate((
@@ -136,7 +144,7 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "buy/purchase", "fix/repair", "start/begin", "show/display/list", "big/large", "small/little/tiny",
     "quick/fast/rapid", "car/automobile", "movie/film", "cost/price", "photo/picture/image/pic",
     "delete/remove/erase", "create/make", "help/assist", "choose/select/pick", "talk/speak", "use/utilize/utilise",
-    "need/require", "explain/describe", "find/locate", "answer/reply/respond", "shut/close", "correct/accurate",
+    "need/require", "find/locate", "answer/reply/respond", "shut/close", "correct/accurate",
     "summarize/summarise/summary", "recap/summary", "sofa/couch", "phone/telephone/cellphone/mobile",
     "email/mail/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
     "mistake/error", "ill/sick", "hi/hello/hey", "thank/thanks", "ok/okay", "maybe/perhaps", "also/too",
@@ -144,22 +152,31 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
     "convert/conversion/converted", "calculate/compute", "check/verify", "way/method", "fast/quickly",
     "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
-    "find/search", "write/compose", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
+    "find/search", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
     "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
+    "author/write", "suggest/recommend", "correct/fix", "tall/height/high", "differ/different/difference",
+    "remove/eliminate", "cheap/inexpensive", "update/change/modify", "improve/raise/boost", "merge/combine",
+    "dict/dictionary", "symptom/sign", "create/generate/make", "age/old", "speed/fast", "distance/far",
+    "add/put", "take/bring", "leave/depart", "write/draft/compose", "write/create", "brief/short",
+    "message/note", "middle/mid",
 )]
 _STOP = _words(
     "a an the of to in on at for with by from as into onto about is are be been being am do does this that these "
     "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
     "what which who whom whose how to please can could would may might should must shall will "
     "get got have has having let any some just really actually also very much thing things stuff "
-    "kind sort type bit lot lots way per yet") | FRAMING_VERBS
+    "kind sort type bit lot lots way ways per yet between number entirely completely totally fully "
+    "phrase idiom") | FRAMING_VERBS
 # Negations, tense and modals are compared as classes of their own before a word can count as a stop word.
 _STOP = _STOP - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would", "can"}
-# Question words that ask different things: "where is" is not "when is".
+# Question words that ask different things: "where is" is not "when is". "How" asks what "what" asks.
 _QUESTION_WORDS = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose",
-                   "where": "where", "when": "when", "why": "why", "how": "how", "how_many": "how_many"}
+                   "where": "where", "when": "when", "why": "why", "how": "what", "how_many": "how_many"}
 _OPTIONAL_QUESTIONS = frozenset({"what"})
 """A question word a request may drop: "What is 15% of 200?" asks what "Calculate 15% of 200" does."""
+_CALCULATING = frozenset({"convert", "calculate", "compute"})
+"""Verbs that ask for an amount: beside one, "how many" may be dropped too ("Convert 5 km to miles" /
+"How many miles is 5 km?"), but not elsewhere ("List the apples" is not "How many apples")."""
 _IRREGULAR = {
     "taken": "take", "took": "take", "wrote": "write", "written": "write", "made": "make", "gave": "give",
     "given": "give", "went": "go", "gone": "go", "ran": "run", "saw": "see", "seen": "see", "bought": "buy",
@@ -237,6 +254,8 @@ def _stem_uncached(word: str) -> str:
             return word[: -len(suffix)] + repl
     if word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
+    if word.endswith("ly") and len(word) > 5:  # safely / safe, simply / simple
+        word = word[:-1] + "e" if word[-3] in "bp" else word[:-2]
     if word.endswith("ing") and len(word) > 5:
         word = word[:-3]
     elif word.endswith("ed") and len(word) > 4:
@@ -409,11 +428,22 @@ def _opposed(a: str, b: str) -> bool:
     return False
 
 
+def _same_numbers(a: Words, b: Words) -> bool:
+    """The same numbers on both sides, where "one" may stand for "a" ("one large pizza" / "a large pizza")."""
+    left, right = Counter(a.numbers), Counter(b.numbers)
+    if left == right:
+        return True
+    for extra, missing, other in ((left - right, right - left, b), (right - left, left - right, a)):
+        if extra == Counter({"1": 1}) and not missing and other.words & {"a", "an"}:
+            return True
+    return False
+
+
 def verify(a: Words, b: Words) -> Verdict:
     """Whether prompts ``a`` and ``b`` (as :func:`analyse` split them) may share an answer."""
     if Counter(a.negations) != Counter(b.negations):
         return Verdict(False, f"negation: {len(a.negations)} vs {len(b.negations)}")
-    if Counter(a.numbers) != Counter(b.numbers):
+    if not _same_numbers(a, b):
         return Verdict(False, f"numbers: {list(a.numbers)} vs {list(b.numbers)}")
     for name in ("units", "dates", "tense", "comparatives", "modals"):
         left, right = getattr(a, name), getattr(b, name)
@@ -421,7 +451,8 @@ def verify(a: Words, b: Words) -> Verdict:
             return Verdict(False, f"{name}: {sorted(left - right)} vs {sorted(right - left)}")
     questions_a, questions_b = a.questions, b.questions
     if not questions_a or not questions_b:  # an imperative may drop an optional question word
-        questions_a, questions_b = questions_a - _OPTIONAL_QUESTIONS, questions_b - _OPTIONAL_QUESTIONS
+        optional = _OPTIONAL_QUESTIONS | ({"how_many"} if (a.words | b.words) & _CALCULATING else frozenset())
+        questions_a, questions_b = questions_a - optional, questions_b - optional
     if questions_a != questions_b:
         return Verdict(False, f"questions: {sorted(questions_a - questions_b)} vs {sorted(questions_b - questions_a)}")
     missing = sorted({e for e in a.entities if not _present(e, b.words)} | {e for e in b.entities

@@ -49,6 +49,12 @@ def verdict(a: str, b: str) -> str:
     ("How much is bitcoin?", "What is bitcoin?", "questions"),
     ("What is Paris like?", "What is Paris?", "content"),
     ("What is the difference between like and love?", "What is the difference between love and?", "content"),
+    ("List the apples in the basket", "How many apples are in the basket?", "questions"),
+    ("Order one large pizza", "Order two large pizzas", "numbers"),
+    ("Order a large pizza", "Order two large pizzas", "numbers"),
+    ("Order one pizza and a drink", "Order two pizzas and a drink", "numbers"),
+    ("Turn on notifications for this app", "Disable notifications for this app", "polarity"),
+    ("How old is the universe?", "How big is the universe?", "content"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -72,6 +78,18 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
     ("Show hotels in Rome under 100 euros a night", "Hotels under 100 euros a night in Rome"),
     ("Weather in Berlin and Paris", "Weather in Paris and Berlin"),
     ("Python vs Java for data science", "Python versus Java for data science"),
+    ("How tall is Mount Everest?", "What is the height of Mount Everest?"),
+    ("Convert 5 miles to kilometers", "How many kilometers are in 5 miles?"),
+    ("Order me a large pepperoni pizza", "I'd like to order one large pepperoni pizza"),
+    ("Explain how vaccines work", "How do vaccines work?"),
+    ("Is it safe to eat raw cookie dough?", "Can you safely eat raw cookie dough?"),
+    ("How do I turn off notifications on my iPhone?", "How can I disable notifications on my iPhone?"),
+    ("Do I need a visa to visit Japan?", "Is a visa required to visit Japan?"),
+    ("What are the steps to reset my router password?", "How do I reset my router password?"),
+    ("Remind me to call the dentist on Friday", "Set a reminder to call the dentist on Friday"),
+    ("Explain photosynthesis in simple terms", "Explain photosynthesis simply"),
+    ("What does DNA stand for?", "What is DNA short for?"),
+    ("How old is the universe?", "What is the age of the universe?"),
 ])
 def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     assert verdict(a, b) == "same"
