@@ -70,7 +70,12 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
     (r"\b(turn|switch|shut) off\b", "disable"), (r"\b(turn|switch) on\b", "enable"), (r"\bget rid of\b", "remove"),
     (r"\blook(ing)? for\b", "find"), (r"\b(stand|stands|short) for\b", "mean"),
-    (r"\bset (a |an )?reminder\b", "remind"), (r"\bin (simple|plain) (terms|words|english)\b", "simply"))]
+    (r"\bset (a |an )?reminder\b", "remind"), (r"\bin (simple|plain) (terms|words|english)\b", "simply"),
+    # "the text below" is "this text", but "below 100 euros" is a comparison.
+    (r"\bthe following\b", "this"),
+    ((r"\b(text|notes?|email|message|paragraph|article|list|code|passage|document|review|data|sentences?"
+      r"|snippet|table|ticket|lines?|words?|function|query|script|log|output|error|content) (below|above)\b"),
+     r"\1"))]
 
 FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "need",
                            "want", "convert", "calculate", "compute", "explain", "describe", "step", "steps",

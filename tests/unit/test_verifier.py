@@ -55,6 +55,8 @@ def verdict(a: str, b: str) -> str:
     ("Order one pizza and a drink", "Order two pizzas and a drink", "numbers"),
     ("Turn on notifications for this app", "Disable notifications for this app", "polarity"),
     ("How old is the universe?", "How big is the universe?", "content"),
+    ("Find hotels below 100 euros", "Find hotels above 100 euros", "comparatives"),
+    ("Is the water level below the line?", "Is the water level above the line?", "comparatives"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -90,6 +92,8 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
     ("Explain photosynthesis in simple terms", "Explain photosynthesis simply"),
     ("What does DNA stand for?", "What is DNA short for?"),
     ("How old is the universe?", "What is the age of the universe?"),
+    ("Summarize the following text: the meeting moved to Friday", "Summarize this text: the meeting moved to Friday"),
+    ("Translate the email below into German", "Translate this email into German"),
 ])
 def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     assert verdict(a, b) == "same"
