@@ -29,8 +29,9 @@ The sets, in tests/data/:
   19.4 %, with the same 2 wrong hits of 220 on both: a subject and object
   swapped by pronouns ("I paid my friend back" / "My friend paid me back"), and
   a question about a word the pasted text holds anyway ("the due date" / "the
-  issue date" of an invoice that names both).
-  The second, third and fourth are the held-out checks.
+  issue date" of an invoice that names both). The verifier learnt both after
+  they were read (pronoun roles, the instruction before a pasted text), so this
+  set is held out no more. The second and third are the held-out checks.
 
 ``--mrpc`` adds the test split of the Microsoft Research Paraphrase Corpus
 (``msr_paraphrase_test.txt``, 1,725 news-sentence pairs, quality 1 = paraphrase),

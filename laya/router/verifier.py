@@ -18,6 +18,12 @@ answer:
 * **word order** — two words that trade places around the same words ("5 miles
   in km" / "5 km in miles", "Did the Yankees beat the Red Sox"): the embedding
   is a sum of word vectors and cannot see order at all;
+* **who does what to whom** — a pronoun that is the subject on one side and
+  only the object on the other ("I paid my friend back" / "My friend paid me
+  back");
+* **the instruction before a pasted text** — when both prompts ask something of
+  a text after a colon, question mark or line break, the asking must match on
+  its own ("the due date" / "the issue date" of an invoice that names both);
 * **question words** — who / where / when / why / how many must agree; "how" and
   "what" ask alike ("How tall is ..." / "What is the height of ...");
 * **everything else** — every remaining content word must be on both sides,
@@ -55,6 +61,9 @@ _CONTRACTIONS = [
     (re.compile(r"'s\b"), ""),
 ]
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z]+|[%$€£¥°]")
+_TOKENS = re.compile(r"how_many|" + _TOKEN.pattern)
+_PAYLOAD = re.compile(r"[:?\n](?=\s*(?:\S+\s+){2}\S)")
+"""Where a pasted text starts: a colon, question mark or line break with at least three more words after it."""
 _RAW_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d[\w]*")
 
 # Phrases that ask politely or frame a request; removed before comparing.
@@ -198,6 +207,9 @@ _DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
 _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
                          "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
+_ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
+"""A pronoun as subject on one side and only as object on the other: "I paid my friend back" / "My friend paid
+me back"."""
 _SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
 _ORDER_REACH = 16
 """How many words apart two swapped words may be (a bound on the work a long prompt costs)."""
@@ -225,6 +237,9 @@ class Words:
     """Every token in order, numbers, units and content words in their compared form (for word order)."""
     keys: frozenset[str]
     """The numbers, units and content words of ``sequence``: the words whose order is compared."""
+    instruction: frozenset[str] | None
+    """The content words before a pasted text ("What is the due date in this text? Invoice ..."), or None
+    when the prompt has no such text after a colon, question mark or line break."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +317,10 @@ def analyse(text: str) -> Words:
         if literal in lowered:
             lowered = frame.sub(replacement, lowered)
     tokens = [token if token in _QUESTION_WORDS else token.replace("_", " ") for token in
-              re.findall(r"how_many|" + _TOKEN.pattern, lowered)]
+              _TOKENS.findall(lowered)]
+    payload = _PAYLOAD.search(lowered)
+    instruction_end = len(_TOKENS.findall(lowered, 0, payload.start())) if payload else -1
+    instruction = set()
     negations, numbers = [], []
     units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
     sequence, keys = [], set()
@@ -339,13 +357,15 @@ def analyse(text: str) -> Words:
                 elif not (token in _STOP or token in _PAST or token in _FUTURE or token in _DATES):
                     content.add(stem)
                     key = stem
+                    if i < instruction_end:
+                        instruction.add(stem)
         sequence.append(key or token)
         if key:
             keys.add(key)
     return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
                  frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
                  frozenset(content), frozenset(tokens), frozenset(_directions(tokens)), tuple(sequence),
-                 frozenset(keys))
+                 frozenset(keys), frozenset(instruction) if payload else None)
 
 
 def _unit(token: str, stem: str) -> str | None:
@@ -433,6 +453,12 @@ def _opposed(a: str, b: str) -> bool:
     return False
 
 
+def _unmatched(only_a: frozenset[str], only_b: frozenset[str]) -> tuple[set[str], set[str]]:
+    """The words of each side with no synonym among the other side's."""
+    return ({w for w in only_a if not any(_synonyms(w, o) for o in only_b)},
+            {w for w in only_b if not any(_synonyms(w, o) for o in only_a)})
+
+
 def _same_numbers(a: Words, b: Words) -> bool:
     """The same numbers on both sides, where "one" may stand for "a" ("one large pizza" / "a large pizza")."""
     left, right = Counter(a.numbers), Counter(b.numbers)
@@ -464,6 +490,10 @@ def verify(a: Words, b: Words) -> Verdict:
                                                                           if not _present(e, a.words)})
     if missing:
         return Verdict(False, f"entities: {missing} on one side only")
+    for subject, object_ in _ROLES:
+        roles = {(subject in a.words, object_ in a.words), (subject in b.words, object_ in b.words)}
+        if roles == {(True, False), (False, True)}:  # a subject on one side is only an object on the other
+            return Verdict(False, f"roles: {subject!r} vs {object_!r}")
     for direction in {d for d, _ in a.directions} & {d for d, _ in b.directions}:
         left = {o for d, o in a.directions if d == direction}
         right = {o for d, o in b.directions if d == direction}
@@ -474,10 +504,14 @@ def verify(a: Words, b: Words) -> Verdict:
         for other in only_b:
             if _opposed(word, other):
                 return Verdict(False, f"polarity: {word!r} vs {other!r}")
-    unmatched_a = {w for w in only_a if not any(_synonyms(w, o) for o in only_b)}
-    unmatched_b = {w for w in only_b if not any(_synonyms(w, o) for o in only_a)}
+    unmatched_a, unmatched_b = _unmatched(only_a, only_b)
     if unmatched_a or unmatched_b:
         return Verdict(False, f"content: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
+    if a.instruction is not None and b.instruction is not None:
+        # Both ask something of a pasted text: the asking must match on its own, not through the text.
+        unmatched_a, unmatched_b = _unmatched(a.instruction - b.instruction, b.instruction - a.instruction)
+        if unmatched_a or unmatched_b:
+            return Verdict(False, f"instruction: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
     swapped = _swapped(a, b)
     if swapped is not None:
         return Verdict(False, f"order: {swapped[0]!r} and {swapped[1]!r} trade places")

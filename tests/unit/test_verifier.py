@@ -57,6 +57,10 @@ def verdict(a: str, b: str) -> str:
     ("How old is the universe?", "How big is the universe?", "content"),
     ("Find hotels below 100 euros", "Find hotels above 100 euros", "comparatives"),
     ("Is the water level below the line?", "Is the water level above the line?", "comparatives"),
+    ("I paid my friend back $30", "My friend paid me back $30", "roles"),
+    ("She thanked him for the gift", "He thanked her for the gift", "roles"),
+    ("What is the due date in this text? Invoice 7 was issued on May 5 and is due on June 5",
+     "What is the issue date in this text? Invoice 7 was issued on May 5 and is due on June 5", "instruction"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -94,6 +98,8 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
     ("How old is the universe?", "What is the age of the universe?"),
     ("Summarize the following text: the meeting moved to Friday", "Summarize this text: the meeting moved to Friday"),
     ("Translate the email below into German", "Translate this email into German"),
+    ("Translate this into German: the meeting is on Friday", "Please translate this into German: the meeting is on Friday"),
+    ("I paid my friend back $30", "I paid back my friend $30"),
 ])
 def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     assert verdict(a, b) == "same"
