@@ -8,7 +8,8 @@ two prompts to agree, word class by word class, on everything that changes an
 answer:
 
 * **negation** — not / no / never / without / none ... (``don't`` is ``do not``);
-* **numbers** — digits and number words (``5`` and ``five`` agree; ``one`` may stand for ``a``);
+* **numbers** — digits and number words (``5`` and ``five`` agree; the word ``one`` may stand for
+  ``a`` before the same word, "one large pizza" / "a large pizza", but ``1`` may not: "chapter 1");
 * **units and currencies** — km, miles, %, $, EUR ...;
 * **dates and times** — months, weekdays, today / tomorrow, years (numbers);
 * **tense** — did / was / will (what happened is not what will happen);
@@ -20,16 +21,21 @@ answer:
   is a sum of word vectors and cannot see order at all;
 * **who does what to whom** — a pronoun that is the subject on one side and
   only the object on the other ("I paid my friend back" / "My friend paid me
-  back");
+  back"), or the first person on one side and only the second on the other
+  ("What is my name?" / "What is your name?");
 * **the instruction before a pasted text** — when both prompts ask something of
   a text after a colon, question mark or line break, the asking must match on
   its own ("the due date" / "the issue date" of an invoice that names both);
-* **question words** — who / where / when / why / how many must agree; "how" and
-  "what" ask alike ("How tall is ..." / "What is the height of ...");
+* **question words** — what / who / where / when / why / how / how many must agree
+  ("How is cheese made?" is not "What is cheese made from?"); "how tall", "how old",
+  "how fast" and "how far" are read as "what height / age / speed / distance", and
+  "how many" may be left out beside "convert" into the very unit it asks for;
 * **everything else** — every remaining content word must be on both sides,
   or have a listed synonym there. Function words, politeness ("please",
-  "can you"), first-person pronouns and the words that only frame a request
-  ("explain", "the steps to", "I need") may differ.
+  "can you") and the words that only frame a request ("show me", "I need",
+  "explain how", "what are the steps to", "the following text:") may differ.
+  Each relaxation here was attacked with pairs written to break it
+  (``tests/data/semantic_pairs_redteam.jsonl``), and narrowed until none did.
 
 The last rule makes the verifier strict: a paraphrase that swaps content
 words with no listed synonym is not a hit (it is asked of the model, as an
@@ -67,6 +73,8 @@ _PAYLOAD = re.compile(r"[:?\n](?=\s*(?:\S+\s+){2}\S)")
 _RAW_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d[\w]*")
 
 # Phrases that ask politely or frame a request; removed before comparing.
+_TEXT_NOUNS = ("text|notes?|email|message|paragraph|article|list|code|passage|document|review|sentences?|snippet"
+               "|table|ticket|lines|log|output|content")
 _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bhow (do|can|should|would) (i|we|one)\b", "how to"), (r"\bwhat is the (best )?way to\b", "how to"),
     (r"\bis there a way to\b", "how to"), (r"\b(can|could|would|will) you( please)?\b", ""),
@@ -74,25 +82,29 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bwhat time\b", "when"), (r"\bhow (many|much)\b", "how_many"),
     (r"\b(what (?:is|are|was|were) the \w+) like\b", r"\1"), (r"\bwork out\b", "calculate"),
     (r"\bhow (do|would|can) (you|i|we) say\b", "translate"),
-    (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"\b(please|kindly|pls)\b", ""),
-    (r"\bhelp me( to)?\b", ""), (r"\btell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
-    (r"\bdo you know\b", ""), (r"\bgive me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
+    (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"^\W*(i|we) (want|need)\b", ""), (r"\b(please|kindly|pls)\b", ""),
+    # Only where they open the request: "Should my boss tell me?" is not "Should I tell my boss?".
+    (r"^\W*help me( to)?\b", ""), (r"^\W*tell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
+    (r"\bdo you know\b", ""), (r"^\W*give me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
     (r"\b(turn|switch|shut) off\b", "disable"), (r"\b(turn|switch) on\b", "enable"), (r"\bget rid of\b", "remove"),
-    (r"\blook(ing)? for\b", "find"), (r"\b(stand|stands|short) for\b", "mean"),
-    (r"\bset (a |an )?reminder\b", "remind"), (r"\bin (simple|plain) (terms|words|english)\b", "simply"),
-    # "the text below" is "this text", but "below 100 euros" is a comparison.
-    (r"\bthe following\b", "this"),
-    ((r"\b(text|notes?|email|message|paragraph|article|list|code|passage|document|review|data|sentences?"
-      r"|snippet|table|ticket|lines?|words?|function|query|script|log|output|error|content) (below|above)\b"),
-     r"\1"))]
+    (r"\bset (a |an )?reminder\b", "remind"), (r"\bin (simple|plain) (terms|words|english)\b|\bsimply\b", "plainly"),
+    # A how-to asked as a noun: "What are the steps to reset it?", "What's the method for boiling an egg?"
+    (r"\bwhat (is|are) the (steps|method|procedure) (to|for)\b", "how to"), (r"^\W*(the )?steps to\b", "how to"),
+    # "How tall is it?" asks "What is its height?"
+    (r"\bhow (tall|high)\b", "what height"), (r"\bhow old\b", "what age"), (r"\bhow fast\b", "what speed"),
+    (r"\bhow far\b", "what distance"), (r"\b(explain|describe)(?= (how|what|why|who|where|when)\b)", ""),
+    (r"\b(what is )?the number of\b", "how_many"),
+    # "the following text:" and "the text below:" are "this text:", but "the following week" and "below 100
+    # euros" are not.
+    (r"\bthe following(?=\s*(:|\n|" + _TEXT_NOUNS + r"\b))", "this"),
+    (r"\b(" + _TEXT_NOUNS + r") (below|above)(?=\s*([:.?!]|$))", r"\1"))]
 
-FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "need",
-                           "want", "convert", "calculate", "compute", "explain", "describe", "step", "steps",
-                           "method", "procedure", "process", "overview", "require", "required", "use", "check"})
-"""Words that only ask for the answer ("Show flights to Rome", "I need a flight to Rome", "Convert 5 km to
-miles" / "What is 5 km in miles?", "Explain how vaccines work" / "How do vaccines work?", "What are the steps
-to reset my password?" / "How do I reset my password?"): they frame a request, like "please". A verb that
-acts (book, delete, send) is content."""
+FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "convert",
+                           "calculate", "compute"})
+"""Verbs that only ask for the answer ("Show flights to Rome" / "Flights to Rome", "Convert 5 km to miles" /
+"What is 5 km in miles?"): they frame a request, like "please". A verb that acts (book, delete, send) is
+content, and so are "use", "check" and "need" ("How do I use Excel?" is not "How do I get Excel?"); longer
+frames ("explain how", "what are the steps to") are rewritten by ``_FRAMES``."""
 NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
                        "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
 _NUMBER_WORDS = {w: str(i) for i, w in enumerate((
@@ -136,7 +148,7 @@ _COMPARATIVES = _words(
     "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
     "closer closest nearer nearest farther farthest further furthest quicker quickest "
     "below over under than max maximum min minimum increase decrease exceed exceeds within beyond "
-    "only all every each some many much few several enough too very")
+    "only all every each some many much few several enough too very completely fully entirely totally")
 _ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "good/bad", "true/false", "right/wrong", "yes/no", "open/close", "open/closed", "start/stop", "begin/end",
     "buy/sell", "hot/cold", "warm/cool", "high/low", "big/small", "large/small", "long/short", "fast/slow",
@@ -168,24 +180,22 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
     "find/search", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
     "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
-    "author/write", "suggest/recommend", "correct/fix", "tall/height/high", "differ/different/difference",
-    "remove/eliminate", "cheap/inexpensive", "update/change/modify", "improve/raise/boost", "merge/combine",
-    "dict/dictionary", "symptom/sign", "create/generate/make", "age/old", "speed/fast", "distance/far",
-    "add/put", "take/bring", "leave/depart", "write/draft/compose", "write/create", "brief/short",
-    "message/note", "middle/mid",
+    "author/write", "suggest/recommend", "differ/different/difference", "remove/eliminate", "cheap/inexpensive",
+    "update/change/modify", "improve/boost", "merge/combine", "dict/dictionary", "create/generate/make",
+    "leave/depart", "write/draft/compose", "explain/describe",
 )]
 _STOP = _words(
     "a an the of to in on at for with by from as into onto about is are be been being am do does this that these "
     "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
     "what which who whom whose how to please can could would may might should must shall will "
     "get got have has having let any some just really actually also very much thing things stuff "
-    "kind sort type bit lot lots way ways per yet between number entirely completely totally fully "
-    "phrase idiom") | FRAMING_VERBS
+    "kind sort type bit lot lots way ways per yet") | FRAMING_VERBS
 # Negations, tense and modals are compared as classes of their own before a word can count as a stop word.
 _STOP = _STOP - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would", "can"}
-# Question words that ask different things: "where is" is not "when is". "How" asks what "what" asks.
+# Question words that ask different things: "where is" is not "when is", "how is it made" is not "what is it
+# made of". "How tall" and "what height" ask alike: a frame above rewrites the one into the other.
 _QUESTION_WORDS = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose",
-                   "where": "where", "when": "when", "why": "why", "how": "what", "how_many": "how_many"}
+                   "where": "where", "when": "when", "why": "why", "how": "how", "how_many": "how_many"}
 _OPTIONAL_QUESTIONS = frozenset({"what"})
 """A question word a request may drop: "What is 15% of 200?" asks what "Calculate 15% of 200" does."""
 _CALCULATING = frozenset({"convert", "calculate", "compute"})
@@ -201,12 +211,18 @@ _IRREGULAR = {
     "flew": "fly", "flown": "fly", "knew": "know", "known": "know", "grew": "grow", "grown": "grow",
     "children": "child", "people": "person", "men": "man", "women": "woman", "mice": "mouse", "feet": "foot",
     "teeth": "tooth", "tyre": "tire", "centre": "center", "theatre": "theater", "grey": "gray",
+    # Adverbs whose adjective asks the same ("Can you safely eat it?" / "Is it safe to eat?"); a general
+    # "-ly" rule would also make "deadly" "dead" and "likely" "like".
+    "safely": "safe", "quickly": "quick", "easily": "easy", "properly": "proper", "correctly": "correct",
 }
 _DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
 """Words whose object must be the same on both sides: "from Berlin to Rome" is not "from Rome to Berlin"."""
 _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
                          "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
+_COUNTED = frozenset({"a", "an", "one", "how_many"})
+_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
+_SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
 _ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
 """A pronoun as subject on one side and only as object on the other: "I paid my friend back" / "My friend paid
 me back"."""
@@ -240,6 +256,8 @@ class Words:
     instruction: frozenset[str] | None
     """The content words before a pasted text ("What is the due date in this text? Invoice ..."), or None
     when the prompt has no such text after a colon, question mark or line break."""
+    follows: frozenset[tuple[str, str]]
+    """What "a" (or "an"), "one" and "how many" stand before: ("one", "pizza"), ("how_many", "mile")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,8 +292,6 @@ def _stem_uncached(word: str) -> str:
             return word[: -len(suffix)] + repl
     if word.endswith("s") and not word.endswith(("ss", "us", "is")):
         word = word[:-1]
-    if word.endswith("ly") and len(word) > 5:  # safely / safe, simply / simple
-        word = word[:-1] + "e" if word[-3] in "bp" else word[:-2]
     if word.endswith("ing") and len(word) > 5:
         word = word[:-3]
     elif word.endswith("ed") and len(word) > 4:
@@ -365,7 +381,9 @@ def analyse(text: str) -> Words:
     return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
                  frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
                  frozenset(content), frozenset(tokens), frozenset(_directions(tokens)), tuple(sequence),
-                 frozenset(keys), frozenset(instruction) if payload else None)
+                 frozenset(keys), frozenset(instruction) if payload else None,
+                 frozenset(({"an": "a"}.get(token, token), _object(following))
+                           for token, following in itertools.pairwise(tokens) if token in _COUNTED))
 
 
 def _unit(token: str, stem: str) -> str | None:
@@ -400,6 +418,12 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
     return None
 
 
+def _object(token: str) -> str:
+    """The compared form of the word a direction, an article or "how many" stands before."""
+    stem = _stem(token)
+    return _unit(token, stem) or _NUMBER_WORDS.get(token) or stem
+
+
 def _directions(tokens: list[str]) -> list[tuple[str, str]]:
     """(direction word, the first word after it that is not a function word), e.g. ("to", "rome")."""
     found = []
@@ -410,13 +434,18 @@ def _directions(tokens: list[str]) -> list[tuple[str, str]]:
             following = next((t for j, t in enumerate(rest) if t not in _STOP or t in _DIRECTIONS
                               or j + 1 == len(rest) or rest[j + 1] in _DIRECTIONS), None)
             if following is not None and following not in _DIRECTIONS:
-                found.append((token, _UNITS.get(following) or _NUMBER_WORDS.get(following) or _stem(following)))
+                found.append((token, _object(following)))
     return found
 
 
+_QUOTED = re.compile(r"(?<![A-Za-z])['\"‘“]([^'\"‘’“”\n]{1,60})['\"’”](?![A-Za-z])")
+"""A short quoted span: its words are named, not meant ("Translate 'take' into Spanish"), so no synonym
+stands in for them."""
+
+
 def _entities(text: str) -> list[str]:
-    """Capitalised words not opening a sentence, acronyms, and words mixing letters and digits."""
-    found = []
+    """Capitalised words not opening a sentence, acronyms, words mixing letters and digits, and quoted words."""
+    found = [word.lower() for span in _QUOTED.findall(text) for word in _RAW_TOKEN.findall(span)]
     for match in _RAW_TOKEN.finditer(text):
         word = match.group(0)
         before = text[:match.start()].rstrip()
@@ -459,14 +488,24 @@ def _unmatched(only_a: frozenset[str], only_b: frozenset[str]) -> tuple[set[str]
             {w for w in only_b if not any(_synonyms(w, o) for o in only_a)})
 
 
+def _converted(a: Words, b: Words) -> bool:
+    """One side converts or calculates into what the other's "how many" asks for: "Convert 5 km to miles" /
+    "How many miles is 5 km?", but not "How many km are in 5 miles?"."""
+    asked = {word for counted, word in a.follows | b.follows if counted == "how_many"}
+    into = {word for direction, word in a.directions | b.directions if direction in ("to", "into")}
+    return bool((a.words | b.words) & _CALCULATING) and bool(asked) and asked <= into
+
+
 def _same_numbers(a: Words, b: Words) -> bool:
     """The same numbers on both sides, where "one" may stand for "a" ("one large pizza" / "a large pizza")."""
     left, right = Counter(a.numbers), Counter(b.numbers)
     if left == right:
         return True
-    for extra, missing, other in ((left - right, right - left, b), (right - left, left - right, a)):
-        if extra == Counter({"1": 1}) and not missing and other.words & {"a", "an"}:
-            return True
+    for extra, missing, side, other in ((left - right, right - left, a, b), (right - left, left - right, b, a)):
+        if extra == Counter({"1": 1}) and not missing:
+            # The word "one" (not the digit: "chapter 1" is not "a chapter"), before what "a" is before.
+            ones = {word for counted, word in side.follows if counted == "one"}
+            return bool(ones) and ones <= {word for counted, word in other.follows if counted == "a"}
     return False
 
 
@@ -482,7 +521,7 @@ def verify(a: Words, b: Words) -> Verdict:
             return Verdict(False, f"{name}: {sorted(left - right)} vs {sorted(right - left)}")
     questions_a, questions_b = a.questions, b.questions
     if not questions_a or not questions_b:  # an imperative may drop an optional question word
-        optional = _OPTIONAL_QUESTIONS | ({"how_many"} if (a.words | b.words) & _CALCULATING else frozenset())
+        optional = _OPTIONAL_QUESTIONS | ({"how_many"} if _converted(a, b) else frozenset())
         questions_a, questions_b = questions_a - optional, questions_b - optional
     if questions_a != questions_b:
         return Verdict(False, f"questions: {sorted(questions_a - questions_b)} vs {sorted(questions_b - questions_a)}")
@@ -494,6 +533,10 @@ def verify(a: Words, b: Words) -> Verdict:
         roles = {(subject in a.words, object_ in a.words), (subject in b.words, object_ in b.words)}
         if roles == {(True, False), (False, True)}:  # a subject on one side is only an object on the other
             return Verdict(False, f"roles: {subject!r} vs {object_!r}")
+    persons = {(bool(a.words & _FIRST_PERSON), bool(a.words & _SECOND_PERSON)),
+               (bool(b.words & _FIRST_PERSON), bool(b.words & _SECOND_PERSON))}
+    if persons == {(True, False), (False, True)}:  # "What is my name?" / "What is your name?"
+        return Verdict(False, "roles: first person vs second person")
     for direction in {d for d, _ in a.directions} & {d for d, _ in b.directions}:
         left = {o for d, o in a.directions if d == direction}
         right = {o for d, o in b.directions if d == direction}

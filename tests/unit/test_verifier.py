@@ -54,7 +54,13 @@ def verdict(a: str, b: str) -> str:
     ("Order a large pizza", "Order two large pizzas", "numbers"),
     ("Order one pizza and a drink", "Order two pizzas and a drink", "numbers"),
     ("Turn on notifications for this app", "Disable notifications for this app", "polarity"),
-    ("How old is the universe?", "How big is the universe?", "content"),
+    ("How old is the universe?", "How big is the universe?", "questions"),
+    ("How is cheese made?", "What is cheese made from?", "questions"),
+    ("Summarize chapter 1 of The Hobbit", "Summarize a chapter of The Hobbit", "numbers"),
+    ("Convert 5 km to miles", "How many km are in 5 miles?", "questions"),
+    ("What is my name?", "What is your name?", "roles"),
+    ("Show the data above 100", "Show the data below 100", "comparatives"),
+    ("Translate 'author' into Spanish", "Translate 'write' into Spanish", "entities"),
     ("Find hotels below 100 euros", "Find hotels above 100 euros", "comparatives"),
     ("Is the water level below the line?", "Is the water level above the line?", "comparatives"),
     ("I paid my friend back $30", "My friend paid me back $30", "roles"),
@@ -94,10 +100,11 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
     ("What are the steps to reset my router password?", "How do I reset my router password?"),
     ("Remind me to call the dentist on Friday", "Set a reminder to call the dentist on Friday"),
     ("Explain photosynthesis in simple terms", "Explain photosynthesis simply"),
-    ("What does DNA stand for?", "What is DNA short for?"),
+    ("How far is the Moon from Earth?", "What is the distance from Earth to the Moon?"),
+    ("How many miles is 5 km?", "Convert 5 km to miles"),
     ("How old is the universe?", "What is the age of the universe?"),
     ("Summarize the following text: the meeting moved to Friday", "Summarize this text: the meeting moved to Friday"),
-    ("Translate the email below into German", "Translate this email into German"),
+    ("Summarize the notes below: the meeting moved to Friday", "Summarize these notes: the meeting moved to Friday"),
     ("Translate this into German: the meeting is on Friday", "Please translate this into German: the meeting is on Friday"),
     ("I paid my friend back $30", "I paid back my friend $30"),
 ])
@@ -120,6 +127,15 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_lea
     assert result.threshold_only_wrong_hits > result.different / 2
     if hits_at_least is not None:
         assert result.hit_rate >= hits_at_least
+
+
+def test_no_pair_a_red_team_wrote_against_the_verifier_is_a_wrong_hit() -> None:
+    # Pairs written to break the verifier's relaxations (how / what, framing words, "one" for "a", "how many"
+    # beside "convert", frames, stems, synonyms, pronouns): each needs a different answer.
+    result = run_pair_bench(DATA / "semantic_pairs_redteam.jsonl")
+    assert result.different >= 100
+    assert result.wrong_hits == 0, result.wrong_examples
+    assert result.threshold_only_wrong_hits > result.different / 2
 
 
 def test_the_hand_written_set_covers_every_kind_the_issue_names() -> None:
