@@ -7,6 +7,12 @@ them. The intents stage runs after the exact, prefix, keyword and regex kinds
 and after the exact cache, and only on requests none of them answered or
 matched.
 
+An example near enough does not count when the request says its opposite: a
+negation on one side only, or two opposed words ("cancel my subscription" /
+"do not cancel my subscription" are 0.966 similar;
+:func:`~laya.router.verifier.clash` tells them apart). Such a request goes on
+to the model, as an exact-path miss would.
+
 When several rules match, the one with the highest ``priority`` wins, and
 among equals the one with the nearest example. The answer is the rule's own
 (a reply template, or its model), with ``route: "rule:<name>"`` and the
@@ -28,6 +34,7 @@ from laya.router.embedder import TextEmbedder
 from laya.router.rules import Rule, RuleSet
 from laya.router.text import normalise
 from laya.router.vectorindex import VectorIndex
+from laya.router.verifier import clash, polarity
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -60,6 +67,7 @@ class IntentIndex:
             if rule.spec.examples:
                 self._rules.append(rule)
         self._owner_of: list[int] = owners
+        self._polarity = [polarity(example) for example in self._examples]
         # Priority first, then the rule's place: lower is better, as in RuleSet.
         self._rank_of = [rule.rank for rule in self._rules]
         vectors = embedder.embed_many([normalise(e) for e in self._examples]) if self._examples else np.zeros((0, 0), dtype=np.float32)
@@ -80,10 +88,13 @@ class IntentIndex:
         if found.size == 0:
             return None
         # A handful of rows at most: plain Python beats numpy's per-call cost here.
-        rows, similarities = found.tolist(), scores.tolist()
-        owners = [self._owner_of[row] for row in rows]
-        best = min(range(len(rows)), key=lambda i: (self._rank_of[owners[i]], -similarities[i]))
-        return IntentMatch(self._rules[owners[best]], self._examples[rows[best]], round(similarities[best], 4))
+        said = polarity(text)
+        near = [(row, similarity) for row, similarity in zip(found.tolist(), scores.tolist())
+                if not clash(said, self._polarity[row])]
+        if not near:
+            return None
+        row, similarity = min(near, key=lambda pair: (self._rank_of[self._owner_of[pair[0]]], -pair[1]))
+        return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(similarity, 4))
 
 
 class IntentStage:

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from laya.router.rules import required_literal
 
-__all__ = ["Verdict", "Words", "analyse", "verify"]
+__all__ = ["Polarity", "Verdict", "Words", "analyse", "clash", "polarity", "verify"]
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -507,6 +507,41 @@ def _same_numbers(a: Words, b: Words) -> bool:
             ones = {word for counted, word in side.follows if counted == "one"}
             return bool(ones) and ones <= {word for counted, word in other.follows if counted == "a"}
     return False
+
+
+@dataclass(frozen=True, slots=True)
+class Polarity:
+    """What :func:`clash` compares of a short text: its words and how many negations it holds."""
+
+    words: frozenset[str]
+    negations: int
+
+
+_NOT = re.compile(r"n't\b|\bcannot\b")
+
+
+def polarity(text: str) -> Polarity:
+    """The words and negations of a (normalised) text; a few microseconds, for a router's hot path."""
+    words = re.findall(r"[a-z]+", _NOT.sub(" not", text.lower()))
+    return Polarity(frozenset(words), sum(word in NEGATIONS for word in words))
+
+
+def clash(a: Polarity, b: Polarity) -> str:
+    """Why two texts an embedding calls near say opposite things, or "" when nothing shows it.
+
+    A subset of :func:`verify` for matching a request to a rule's examples, where the request may say more
+    than the example but must not say the opposite: a negation on one side only ("cancel my subscription" /
+    "do not cancel my subscription", 0.966 similar) or two opposed words ("turn on dark mode" / "turn off
+    dark mode", 0.952).
+    """
+    if a.negations != b.negations:
+        return f"negation: {a.negations} vs {b.negations}"
+    only_a, only_b = a.words - b.words, b.words - a.words
+    for word in only_a:
+        for other in only_b:
+            if _opposed(word, other) or _opposed(_stem(word), _stem(other)):
+                return f"polarity: {word!r} vs {other!r}"
+    return ""
 
 
 def verify(a: Words, b: Words) -> Verdict:

@@ -30,6 +30,23 @@ def test_a_paraphrase_of_an_example_matches_its_rule_and_says_how_similar() -> N
     assert found.example == "where is my parcel"
 
 
+CANCEL = RuleSpec(name="cancel", examples=["cancel my subscription"], reply="Cancelled.")
+DARK = RuleSpec(name="dark", examples=["turn on dark mode"], reply="Dark mode is on.")
+
+
+@pytest.mark.parametrize(("rule", "request_text"), [
+    (CANCEL, "Do not cancel my subscription"),
+    (CANCEL, "I don't want to cancel my subscription"),
+    (DARK, "Turn off dark mode"),
+])
+def test_a_request_that_says_the_opposite_of_a_near_example_does_not_match(rule: RuleSpec, request_text: str) -> None:
+    text = normalise(request_text)
+    # Near enough by the embedding alone: the guard is what refuses it.
+    assert float(EMBEDDER.embed(text) @ EMBEDDER.embed(rule.examples[0])) >= 0.85
+    assert index(rule).match(text) is None
+    assert index(rule).match(normalise(rule.examples[0] + " please")) is not None
+
+
 def test_an_unrelated_request_matches_nothing() -> None:
     assert index(TRACK, REFUND).match(normalise("Write a haiku about queues")) is None
 

@@ -8,7 +8,7 @@ import pytest
 
 from laya.errors import InvalidRequest
 from laya.ops.pairbench import read_pairs, run_pair_bench
-from laya.router.verifier import analyse, verify
+from laya.router.verifier import analyse, clash, polarity, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -160,3 +160,16 @@ def test_the_order_check_finds_a_swap_anywhere_in_a_long_prompt() -> None:
     assert verdict(text, text + "!") == "same"
     assert verdict(text, swapped) == "order"
     assert verdict(text, " ".join([*words[:-2], words[-1], words[-2]])) == "order"
+
+
+@pytest.mark.parametrize(("example", "request_text", "reason"), [
+    ("cancel my subscription", "please cancel my subscription today", ""),
+    ("cancel my subscription", "please don't cancel my subscription", "negation"),
+    ("buy bitcoin", "sell bitcoin now", "polarity"),
+    ("subscribe to the newsletter", "unsubscribe from the newsletter", "polarity"),
+    ("i cannot log in", "i can not log in", ""),
+])
+def test_clash_finds_a_negation_or_opposed_words_and_lets_extra_words_pass(example: str, request_text: str,
+                                                                          reason: str) -> None:
+    assert clash(polarity(request_text), polarity(example)).partition(":")[0] == reason
+    assert clash(polarity(example), polarity(request_text)).partition(":")[0] == reason
