@@ -67,7 +67,7 @@ class IntentIndex:
             if rule.spec.examples:
                 self._rules.append(rule)
         self._owner_of: list[int] = owners
-        self._polarity = [polarity(example) for example in self._examples]
+        self._polarity = [polarity(example, opposites=True) for example in self._examples]
         # Priority first, then the rule's place: lower is better, as in RuleSet.
         self._rank_of = [rule.rank for rule in self._rules]
         vectors = embedder.embed_many([normalise(e) for e in self._examples]) if self._examples else np.zeros((0, 0), dtype=np.float32)
@@ -88,13 +88,13 @@ class IntentIndex:
         if found.size == 0:
             return None
         # A handful of rows at most: plain Python beats numpy's per-call cost here.
+        ranked = sorted(zip(found.tolist(), scores.tolist()),
+                        key=lambda pair: (self._rank_of[self._owner_of[pair[0]]], -pair[1]))
         said = polarity(text)
-        near = [(row, similarity) for row, similarity in zip(found.tolist(), scores.tolist())
-                if not clash(said, self._polarity[row])]
-        if not near:
-            return None
-        row, similarity = min(near, key=lambda pair: (self._rank_of[self._owner_of[pair[0]]], -pair[1]))
-        return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(similarity, 4))
+        for row, similarity in ranked:  # the best that does not say the opposite: nearly always the first
+            if not clash(said, self._polarity[row]):
+                return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(similarity, 4))
+        return None
 
 
 class IntentStage:

@@ -478,6 +478,10 @@ def _entities(text: str) -> list[str]:
 
 _SYNONYM_STEMS = [frozenset(_stem(word) for word in group) for group in _SYNONYMS]
 _ANTONYM_STEMS = frozenset(frozenset(_stem(word) for word in pair) for pair in _ANTONYMS)
+_ANTONYMS_OF: dict[str, set[str]] = {}
+for _pair in [*_ANTONYMS, *_ANTONYM_STEMS]:
+    for _word in _pair:
+        _ANTONYMS_OF.setdefault(_word, set()).update(_pair - {_word})
 
 
 def _present(entity: str, words: frozenset[str]) -> bool:
@@ -532,34 +536,61 @@ class Polarity:
     """What :func:`clash` compares of a short text: its words and how many negations it holds."""
 
     words: frozenset[str]
+    """Its words and their stems."""
     negations: int
+    opposites: dict[str, frozenset[str]]
+    """Each word opposed to one of ``words``, with the words it opposes ({"off": {"on"}}); only for the
+    side that is compared against (``polarity(text, opposites=True)``)."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
+_LETTERS = re.compile(r"[a-z]+")
 
 
-def polarity(text: str) -> Polarity:
-    """The words and negations of a (normalised) text; a few microseconds, for a router's hot path."""
-    words = re.findall(r"[a-z]+", _NOT.sub(" not", text.lower()))
-    return Polarity(frozenset(words), sum(word in NEGATIONS for word in words))
+def polarity(text: str, *, opposites: bool = False) -> Polarity:
+    """The words and negations of a (normalised) text: a few microseconds, for a router's hot path. With
+    ``opposites``, also every word that would say its opposite (once, when an intent's example is loaded)."""
+    text = text.lower()
+    if "n't" in text or "cannot" in text:
+        text = _NOT.sub(" not", text)
+    found = _LETTERS.findall(text)
+    words = frozenset(found).union(map(_stem, found))
+    opposed: dict[str, set[str]] = {}
+    if opposites:
+        for word in words:
+            for opposite in _opposites_of(word):
+                opposed.setdefault(opposite, set()).add(word)
+    return Polarity(words, sum(word in NEGATIONS for word in found),
+                    {opposite: frozenset(of) for opposite, of in opposed.items()})
 
 
-def clash(a: Polarity, b: Polarity) -> str:
-    """Why two texts an embedding calls near say opposite things, or "" when nothing shows it.
+def clash(request: Polarity, example: Polarity) -> str:
+    """Why a request an embedding calls near an example says its opposite, or "" when nothing shows it.
 
-    A subset of :func:`verify` for matching a request to a rule's examples, where the request may say more
-    than the example but must not say the opposite: a negation on one side only ("cancel my subscription" /
-    "do not cancel my subscription", 0.966 similar) or two opposed words ("turn on dark mode" / "turn off
-    dark mode", 0.952).
+    A subset of :func:`verify` for matching a request to a rule's examples (``example`` made with
+    ``opposites=True``), where the request may say more than the example but not the opposite: a negation
+    on one side only ("cancel my subscription" / "do not cancel my subscription") or two opposed words
+    ("turn on dark mode" / "turn off dark mode"), either one on its side only.
     """
-    if a.negations != b.negations:
-        return f"negation: {a.negations} vs {b.negations}"
-    only_a, only_b = a.words - b.words, b.words - a.words
-    for word in only_a:
-        for other in only_b:
-            if _opposed(word, other) or _opposed(_stem(word), _stem(other)):
-                return f"polarity: {word!r} vs {other!r}"
+    if request.negations != example.negations:
+        return f"negation: {request.negations} vs {example.negations}"
+    opposites = example.opposites
+    for word in request.words:  # a dozen words; the example's opposites are many more
+        if word in opposites and word not in example.words and opposites[word] - request.words:
+            return f"polarity: {word!r} vs {min(opposites[word] - request.words)!r}"
     return ""
+
+
+def _opposites_of(word: str) -> set[str]:
+    """The words :func:`_opposed` pairs with ``word``: its antonyms, and it with a negating prefix put on or
+    taken off."""
+    found = set(_ANTONYMS_OF.get(word, ()))
+    for prefix in _NEGATING_PREFIXES:
+        if len(word) > 2:
+            found.add(prefix + word)
+        if word.startswith(prefix) and len(word) - len(prefix) > 2:
+            found.add(word[len(prefix):])
+    return found
 
 
 def verify(a: Words, b: Words) -> Verdict:
