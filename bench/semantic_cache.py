@@ -32,6 +32,12 @@ The sets, in tests/data/:
   issue date" of an invoice that names both). The verifier learnt both after
   they were read (pronoun roles, the instruction before a pasted text), so this
   set is held out no more. The second and third are the held-out checks.
+* semantic_pairs_redteam.jsonl: 176 pairs that need different answers,
+  written in two rounds by reviewers who read the verifier's relaxations and
+  attacked each (how / what, framing words, "one" for "a", frames, stems,
+  synonyms, pronouns), and 4 that need the same; the verifier was narrowed
+  until it refused them all. Its hit rate means nothing; its wrong hits must
+  stay at 0.
 
 ``--mrpc`` adds the test split of the Microsoft Research Paraphrase Corpus
 (``msr_paraphrase_test.txt``, 1,725 news-sentence pairs, quality 1 = paraphrase),
@@ -59,7 +65,8 @@ from common import write_results
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 SETS = ["semantic_pairs.jsonl", "semantic_pairs_templated.jsonl", "semantic_pairs_heldout.jsonl",
-        "semantic_pairs_heldout2.jsonl", "semantic_pairs_heldout3.jsonl", "semantic_pairs_heldout4.jsonl"]
+        "semantic_pairs_heldout2.jsonl", "semantic_pairs_heldout3.jsonl", "semantic_pairs_heldout4.jsonl",
+        "semantic_pairs_redteam.jsonl"]
 
 
 def mrpc_pairs(source: Path, out: Path) -> Path:
