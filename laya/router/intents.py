@@ -8,9 +8,11 @@ and after the exact cache, and only on requests none of them answered or
 matched.
 
 An example near enough does not count when the request says its opposite: a
-negation on one side only, or two opposed words ("cancel my subscription" /
-"do not cancel my subscription" are 0.966 similar;
-:func:`~laya.router.verifier.clash` tells them apart). Such a request goes on
+negation on one side only ("do not", "stop sending", "rather than"), two
+opposed words ("earlier" / "later", "log in" / "logout"), or two words that
+trade places ("from low to high"). "cancel my subscription" / "do not cancel
+my subscription" are 0.966 similar; :func:`~laya.router.verifier.clash` tells
+them apart. Such a request goes on
 to the model, as an exact-path miss would.
 
 When several rules match, the one with the highest ``priority`` wins, and

@@ -21,8 +21,10 @@ answer:
   is a sum of word vectors and cannot see order at all;
 * **who does what to whom** — a pronoun that is the subject on one side and
   only the object on the other ("I paid my friend back" / "My friend paid me
-  back"), or the first person on one side and only the second on the other
-  ("What is my name?" / "What is your name?");
+  back"), the first person on one side and only the second on the other
+  ("What is my name?" / "What is your name?"), a possessive against an article
+  ("What is my IP address?" / "What is an IP address?"), "and" against "or",
+  and a place reached "to" on one side but left "from" on the other;
 * **the instruction before a pasted text** — when both prompts ask something of
   a text after a colon, question mark or line break, the asking must match on
   its own ("the due date" / "the issue date" of an invoice that names both);
@@ -76,7 +78,7 @@ _RAW_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d[\w]*")
 _TEXT_NOUNS = ("text|notes?|email|message|paragraph|article|list|code|passage|document|review|sentences?|snippet"
                "|table|ticket|lines|log|output|content")
 _DEVICE = (r"(?! (my |the |a |an |your )?(phone|iphone|ipad|computer|laptop|pc|mac|car|tv|device|engine|router"
-           r"|watch|tablet)\b)")
+           r"|watch|tablet)\b)(?! (my|your|his|her|our|their|a|an|the|this|that)\b)")
 """Not before a device: "turn off notifications" is "disable notifications", "turn off my iPhone" is not
 "disable my iPhone"."""
 _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
@@ -102,16 +104,20 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     # A how-to asked as a noun: "What are the steps to reset it?", "What's the method for boiling an egg?"
     # Only before a verb: "the procedure for kidney stones" is not "how to get kidney stones".
     ((r"\bwhat (is|are) the (steps|method|procedure) (to(?! (a|an|the|my|your|our|his|her|their)\b)"
-      r"|for(?= (\w+ )?\w+ing\b))"), "how to"),
+      r"|for(?= (?!(a|an|the|my|your|his|her|our|their)\b)(\w+ )?\w+ing\b(?!\s*([?.!,]|$|(in|on|at|during|after|while|when|from)\b))))"), "how to"),
     (r"^\W*(the )?steps to(?! (a|an|the|my|your)\b)", "how to"),
     # "How tall is it?" asks "What is its height?"
+    (r"\bwhat age\b", "what agewritten"),
     (r"\bhow (tall|high)\b", "what height"), (r"\bhow old\b", "what age"), (r"\bhow fast\b", "what speed"),
     (r"\bhow far\b", "what distance"), (r"\b(explain|describe)(?= (how|what|why|who|where|when)\b)", ""),
     (r"\b(what is )?the number of(?! (the|a|an|my|your|his|her|our|their|this|that)\b)", "how_many"),
     # "the following text:" and "the text below:" are "this text:", but "the following week" and "below 100
     # euros" are not.
     (r"\bthe following(?=\s*(:|\n|" + _TEXT_NOUNS + r"\b))", "this"),
-    (r"\b(" + _TEXT_NOUNS + r") below(?=\s*([:.?!]|$))", r"\1"))]
+    # Only where the text follows: "Add a paragraph below." places something.
+    (r"\b(" + _TEXT_NOUNS + r") below(?=\s*(:|\n))", r"\1"),
+    # Knocked out of a contest is not removed from it ("Who was eliminated from Survivor?").
+    (r"\b(was|were|got|get|gets|getting|been|be|is|are) eliminated\b", r"\1 knockedout"))]
 
 FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "convert",
                            "calculate", "compute"})
@@ -162,7 +168,7 @@ _COMPARATIVES = _words(
     "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
     "closer closest nearer nearest farther farthest further furthest quicker quickest "
     "below over under than max maximum min minimum increase decrease exceed exceeds within beyond "
-    "only all every each some many much few several enough too very completely fully entirely totally")
+    "only all every each some many much few several enough too very completely fully entirely totally lot lots")
 _ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "good/bad", "true/false", "right/wrong", "yes/no", "open/close", "open/closed", "start/stop", "begin/end",
     "buy/sell", "hot/cold", "warm/cool", "high/low", "big/small", "large/small", "long/short", "fast/slow",
@@ -203,7 +209,7 @@ _STOP = _words(
     "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
     "what which who whom whose how to please can could would may might should must shall will "
     "get got have has having let any some just really actually also very much thing things stuff "
-    "kind sort type bit lot lots way ways per yet") | FRAMING_VERBS
+    "kind sort bit lot lots way ways per yet") | FRAMING_VERBS
 # Negations, tense and modals are compared as classes of their own before a word can count as a stop word.
 _STOP = _STOP - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would", "can"}
 # Question words that ask different things: "where is" is not "when is", "how is it made" is not "what is it
@@ -219,7 +225,7 @@ _IRREGULAR = {
     "taken": "take", "took": "take", "wrote": "write", "written": "write", "made": "make", "gave": "give",
     "given": "give", "went": "go", "gone": "go", "ran": "run", "saw": "see", "seen": "see", "bought": "buy",
     "sold": "sell", "sent": "send", "spent": "spend", "built": "build", "brought": "bring", "thought": "think",
-    "found": "find", "told": "tell", "said": "say", "paid": "pay", "left": "leave", "kept": "keep", "felt": "feel",
+    "found": "find", "told": "tell", "said": "say", "paid": "pay", "kept": "keep", "felt": "feel",
     "held": "hold", "met": "meet", "won": "win", "lost": "lose", "began": "begin", "begun": "begin",
     "chose": "choose", "chosen": "choose", "drove": "drive", "driven": "drive", "ate": "eat", "eaten": "eat",
     "flew": "fly", "flown": "fly", "knew": "know", "known": "know", "grew": "grow", "grown": "grow",
@@ -234,7 +240,9 @@ _DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
 _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
                          "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
-_COUNTED = frozenset({"a", "an", "one", "how_many"})
+_COUNTED = frozenset({"a", "an", "one", "how_many", "my", "your", "our", "his", "her", "their"})
+"""Words :attr:`Words.follows` records with the word after them."""
+_POSSESSIVES = frozenset({"my", "your", "our", "his", "her", "their"})
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
 _SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
 _ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
@@ -271,7 +279,8 @@ class Words:
     """The content words before a pasted text ("What is the due date in this text? Invoice ..."), or None
     when the prompt has no such text after a colon, question mark or line break."""
     follows: frozenset[tuple[str, str]]
-    """What "a" (or "an"), "one" and "how many" stand before: ("one", "pizza"), ("how_many", "mile")."""
+    """What "a" (or "an"), "one", "how many" and a possessive after "is" stand before: ("one", "pizza"),
+    ("how_many", "mile"), ("my", "ip")."""
     raw: frozenset[str]
     """Every token before the frames rewrote any (an entity must be a word the other prompt wrote, not one a
     frame put there: "What is the Iron Age?" / "How old is iron?")."""
@@ -382,12 +391,17 @@ def analyse(text: str) -> Words:
                     tense.add("past")
                 if token in _FUTURE:
                     tense.add("future")
+                if token == "been":  # "Has he been married?" is not "Is he married?"
+                    tense.add("perfect")
                 if token in _COMPARATIVES:
                     comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
                 elif token in _QUESTION_WORDS:
                     questions.add(_QUESTION_WORDS[token])
                 elif token in _MODALS:
                     modals.add(token)
+                elif token in FRAMING_VERBS and i > 0:
+                    content.add(stem)  # not where it opens the request: "How to give a massage" is no frame
+                    key = stem
                 elif not (token in _STOP or token in _PAST or token in _FUTURE or token in _DATES):
                     content.add(stem)
                     key = stem
@@ -401,7 +415,27 @@ def analyse(text: str) -> Words:
                  frozenset(content), frozenset(tokens), frozenset(_directions(tokens)), tuple(sequence),
                  frozenset(keys), frozenset(instruction) if payload else None,
                  frozenset(({"an": "a"}.get(token, token), _object(following))
-                           for token, following in itertools.pairwise(tokens) if token in _COUNTED), raw)
+                           for i, (token, following) in enumerate(itertools.pairwise(tokens))
+                           if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
+                           and (token not in _POSSESSIVES or _named(tokens, i))), raw)
+
+
+_ONE_OPENERS = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "can", "could", "should", "would",
+                          "will", "has", "have", "had", "must", "may", "might", "shall", "what", "which", "who",
+                          "why", "where", "when", "how"})
+
+
+def _named(tokens: list[str], i: int) -> bool:
+    """Whether the possessive at ``tokens[i]`` names what is asked about ("What is my IP address?", which is
+    not "What is an IP address?"), rather than where something happens ("notifications on my iPhone")."""
+    return i > 0 and tokens[i - 1] in ("is", "are", "was", "were")
+
+
+def _one_as_a(tokens: list[str], i: int) -> bool:
+    """Whether the "one" at ``tokens[i]`` may stand for "a": in a request or a statement ("Order one large pizza",
+    "Name one planet") or beside "how many" ("How many euros is one dollar?"), but not in another question, where
+    "one" counts ("Is the UK one country?", "Why does China have one time zone?", "Is there one God?")."""
+    return "how_many" in tokens or not tokens or tokens[0] not in _ONE_OPENERS
 
 
 def _unit(token: str, stem: str) -> str | None:
@@ -541,9 +575,34 @@ class Polarity:
     opposites: dict[str, frozenset[str]]
     """Each word opposed to one of ``words``, with the words it opposes ({"off": {"on"}}); only for the
     side that is compared against (``polarity(text, opposites=True)``)."""
+    tokens: tuple[str, ...] = ()
+    """Its words in order (for two that trade places: "sort from low to high" / "sort from high to low")."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
+_STOPPING = re.compile(r"\b(stop|quit|cease|halt) \w+ing\b|\brather than\b|\bthe opposite of\b")
+"""Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it"."""
+_CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
+    "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
+    "increase/lower", "increase/reduce")]
+"""Opposites for :func:`clash` only: :func:`verify` wants every content word matched anyway."""
+_SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
+          "fewer": ("less",)}
+"""Words :func:`polarity` reads as others too ("logout" says "out", "fewer" says "less")."""
+_CLASH_OPPOSITES: dict[str, set[str]] = {}
+for _pair in _CLASH_ANTONYMS:
+    for _word in _pair:
+        _CLASH_OPPOSITES.setdefault(_word, set()).update(_pair - {_word})
+
+
+def _base(word: str) -> str | None:
+    """The adjective of a comparative or superlative whose opposite is listed ("later": "late", "bigger": "big")."""
+    if word.endswith(("er", "est")):
+        stem = word[:-2] if word.endswith("er") else word[:-3]
+        for base in (stem, stem + "e", stem[:-1], stem[:-1] + "y"):
+            if base in _ANTONYMS_OF and len(base) > 2:
+                return base
+    return None
 _LETTERS = re.compile(r"[a-z]+")
 
 
@@ -555,13 +614,19 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
         text = _NOT.sub(" not", text)
     found = _LETTERS.findall(text)
     words = frozenset(found).union(map(_stem, found))
+    # "later" also says "late" (whose opposite is listed), "logout" also says "out".
+    extra = [_base(word) for word in found if word.endswith(("er", "est"))]
+    extra += [part for word in found if word in _SPLIT for part in _SPLIT[word]]
+    if any(extra):
+        words = words.union(filter(None, extra))
     opposed: dict[str, set[str]] = {}
     if opposites:
         for word in words:
             for opposite in _opposites_of(word):
                 opposed.setdefault(opposite, set()).add(word)
-    return Polarity(words, sum(word in NEGATIONS for word in found),
-                    {opposite: frozenset(of) for opposite, of in opposed.items()})
+    stopping = len(_STOPPING.findall(text)) if ("ing" in text or "rather" in text or "opposite" in text) else 0
+    return Polarity(words, sum(word in NEGATIONS for word in found) + stopping,
+                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found))
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -578,19 +643,53 @@ def clash(request: Polarity, example: Polarity) -> str:
     for word in request.words:  # a dozen words; the example's opposites are many more
         if word in opposites and word not in example.words and opposites[word] - request.words:
             return f"polarity: {word!r} vs {min(opposites[word] - request.words)!r}"
+    swapped = _traded(request.tokens, example.tokens)
+    if swapped:
+        return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
     return ""
+
+
+def _traded(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
+    """Two words once on each side that trade places around the same words, at least one ("from low to high" /
+    "from high to low", "a refund not a replacement" / "a replacement not a refund")."""
+    in_a, in_b = set(a), set(b)
+    if [w for w in a if w in in_b] == [w for w in b if w in in_a]:
+        return None  # the shared words in the same order: nearly always
+    count_a, count_b = Counter(a), Counter(b)
+    where_a = {w: i for i, w in enumerate(a) if count_a[w] == 1 and count_b[w] == 1}
+    if len(where_a) < 2:
+        return None
+    where_b = {w: i for i, w in enumerate(b) if w in where_a}
+    once = sorted(where_a, key=where_a.__getitem__)
+    for i, first in enumerate(once):
+        for second in once[i + 1:i + 1 + _ORDER_REACH]:
+            if where_b[first] > where_b[second]:
+                between_a = a[where_a[first] + 1:where_a[second]]
+                between_b = b[where_b[second] + 1:where_b[first]]
+                if between_a and between_a == between_b and not set(between_a) <= _SYMMETRIC:
+                    return first, second
+    return None
 
 
 def _opposites_of(word: str) -> set[str]:
     """The words :func:`_opposed` pairs with ``word``: its antonyms, and it with a negating prefix put on or
     taken off."""
-    found = set(_ANTONYMS_OF.get(word, ()))
+    found = set(_ANTONYMS_OF.get(word, ())) | set(_CLASH_OPPOSITES.get(word, ()))
     for prefix in _NEGATING_PREFIXES:
         if len(word) > 2:
             found.add(prefix + word)
         if word.startswith(prefix) and len(word) - len(prefix) > 2:
             found.add(word[len(prefix):])
     return found
+
+
+def _towards(words: Words) -> dict[str, set[str]]:
+    """For each object of "to", "into" or "from", which way it goes: {"rome": {"to"}}."""
+    towards: dict[str, set[str]] = {}
+    for direction, place in words.directions:
+        if direction in ("to", "into", "from"):
+            towards.setdefault(place, set()).add("from" if direction == "from" else "to")
+    return towards
 
 
 def verify(a: Words, b: Words) -> Verdict:
@@ -621,6 +720,13 @@ def verify(a: Words, b: Words) -> Verdict:
                (bool(b.words & _FIRST_PERSON), bool(b.words & _SECOND_PERSON))}
     if persons == {(True, False), (False, True)}:  # "What is my name?" / "What is your name?"
         return Verdict(False, "roles: first person vs second person")
+    for owning, plain in ((a, b), (b, a)):  # "What is my IP address?" / "What is an IP address?"
+        owned = {word for counted, word in owning.follows if counted in _POSSESSIVES}
+        if owned & {word for counted, word in plain.follows if counted == "a"}:
+            return Verdict(False, "roles: a possessive vs an article")
+    joined = {("and" in a.words, "or" in a.words), ("and" in b.words, "or" in b.words)}
+    if joined == {(True, False), (False, True)}:  # "Can I mix bleach and vinegar?" / "... or vinegar?"
+        return Verdict(False, "conjunction: 'and' vs 'or'")
     for direction in {d for d, _ in a.directions} & {d for d, _ in b.directions}:
         left = {o for d, o in a.directions if d == direction}
         right = {o for d, o in b.directions if d == direction}
@@ -631,6 +737,11 @@ def verify(a: Words, b: Words) -> Verdict:
         for other in only_b:
             if _opposed(word, other):
                 return Verdict(False, f"polarity: {word!r} vs {other!r}")
+    # The same object reached "to" on one side and left "from" on the other: "flights to Rome" / "from Rome".
+    towards_a, towards_b = _towards(a), _towards(b)
+    for place in towards_a.keys() & towards_b.keys():
+        if towards_a[place] != towards_b[place]:
+            return Verdict(False, f"direction: {sorted(towards_a[place])} {place} vs {sorted(towards_b[place])} {place}")
     unmatched_a, unmatched_b = _unmatched(only_a, only_b)
     if unmatched_a or unmatched_b:
         return Verdict(False, f"content: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")

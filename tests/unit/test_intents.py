@@ -34,10 +34,24 @@ CANCEL = RuleSpec(name="cancel", examples=["cancel my subscription"], reply="Can
 DARK = RuleSpec(name="dark", examples=["turn on dark mode"], reply="Dark mode is on.")
 
 
+def rule(example: str) -> RuleSpec:
+    return RuleSpec(name="r", examples=[example], reply="ok")
+
+
 @pytest.mark.parametrize(("rule", "request_text"), [
     (CANCEL, "Do not cancel my subscription"),
     (CANCEL, "I don't want to cancel my subscription"),
     (DARK, "Turn off dark mode"),
+    # Found by a red team: comparatives, word order, "stop" / "rather than", antonyms, split words.
+    (rule("move my appointment earlier"), "Move my appointment later"),
+    (rule("make the font larger"), "Make the font smaller"),
+    (rule("send me more emails"), "Send me fewer emails"),
+    (rule("sort from low to high"), "Sort from high to low"),
+    (rule("send me notifications"), "Stop sending me notifications"),
+    (rule("cancel my subscription"), "Pause my subscription rather than cancel it"),
+    (rule("start my free trial"), "End my free trial"),
+    (rule("log in to my account"), "Logout of my account"),
+    (rule("i want a refund not a replacement"), "I want a replacement not a refund"),
 ])
 def test_a_request_that_says_the_opposite_of_a_near_example_does_not_match(rule: RuleSpec, request_text: str) -> None:
     text = normalise(request_text)
