@@ -615,8 +615,8 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     found = _LETTERS.findall(text)
     words = frozenset(found).union(map(_stem, found))
     # "later" also says "late" (whose opposite is listed), "logout" also says "out".
-    extra = [_base(word) for word in found if word.endswith(("er", "est"))]
-    extra += [part for word in found if word in _SPLIT for part in _SPLIT[word]]
+    extra = [_base(word) for word in found if word[-2:] in ("er", "st")]
+    extra += [part for word in words & _SPLIT.keys() for part in _SPLIT[word]]
     if any(extra):
         words = words.union(filter(None, extra))
     opposed: dict[str, set[str]] = {}
@@ -625,7 +625,7 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
             for opposite in _opposites_of(word):
                 opposed.setdefault(opposite, set()).add(word)
     stopping = len(_STOPPING.findall(text)) if ("ing" in text or "rather" in text or "opposite" in text) else 0
-    return Polarity(words, sum(word in NEGATIONS for word in found) + stopping,
+    return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found))
 
 
