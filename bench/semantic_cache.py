@@ -32,12 +32,12 @@ The sets, in tests/data/:
   issue date" of an invoice that names both). The verifier learnt both after
   they were read (pronoun roles, the instruction before a pasted text), so this
   set is held out no more. The second and third are the held-out checks.
-* semantic_pairs_redteam.jsonl: 176 pairs that need different answers,
-  written in two rounds by reviewers who read the verifier's relaxations and
+* semantic_pairs_redteam.jsonl: 258 pairs that need different answers,
+  written in three rounds by reviewers who read the verifier's relaxations and
   attacked each (how / what, framing words, "one" for "a", frames, stems,
-  synonyms, pronouns), and 4 that need the same; the verifier was narrowed
-  until it refused them all. Its hit rate means nothing; its wrong hits must
-  stay at 0.
+  synonyms, pronouns, prepositions), and 4 that need the same; the verifier was
+  narrowed until it refused them all. Its hit rate means nothing; its wrong
+  hits must stay at 0.
 
 ``--mrpc`` adds the test split of the Microsoft Research Paraphrase Corpus
 (``msr_paraphrase_test.txt``, 1,725 news-sentence pairs, quality 1 = paraphrase),
