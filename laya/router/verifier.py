@@ -12,7 +12,14 @@ answer:
   ``a`` before the same word, "one large pizza" / "a large pizza", but ``1`` may not: "chapter 1");
 * **units and currencies** — km, miles, %, $, EUR ...;
 * **dates and times** — months, weekdays, today / tomorrow, years (numbers);
-* **tense** — did / was / will (what happened is not what will happen);
+* **tense** — did / was / will / been / being (what happened is not what will
+  happen), and a word written in the past on one side and as "-ing" or "-s" on
+  the other ("Who owns Twitter?" / "Who owned Twitter?");
+* **operators** — "3 + 5" is not "3 * 5", "!=" is not "==";
+* **prepositions** — a different one before the same word ("songs by / about
+  Adele", "a toast for / from the bride"), at the end ("Who is it by? /
+  about?"), or a passive turned round ("Who was Caesar killed by?" / "Who was
+  killed by Caesar?");
 * **comparatives** — more / less / cheaper / before / after ...;
 * **polarity** — antonyms and negating prefixes (safe / unsafe, legal / illegal);
 * **named entities** — capitalised words and acronyms of the original text;
@@ -88,7 +95,9 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bwhat time\b", "when"), (r"\bhow (many|much)\b", "how_many"),
     (r"\b(what (?:is|are|was|were) the \w+) like\b", r"\1"), (r"\bwork out\b", "calculate"),
     (r"\bhow (do|would|can) (you|i|we) say\b", "translate"),
-    (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"), (r"\b(i would|i) like( to)?\b", ""), (r"\bi (want|need|wish) to\b", ""), (r"^\W*(i|we) (want|need)\b", ""), (r"\b(please|kindly|pls)\b", ""),
+    (r"\bset up\b(?= (a|an|the|my|our) (meeting|call|appointment|session)\b)", "arrange"),
+    (r"^\W*(i|we) (would like|want|need) you to\b", ""), (r"\b(i would|i) like( to)?\b", ""),
+    (r"\bi (want|need|wish) to\b", ""), (r"^\W*(i|we) (want|need)\b", ""), (r"\b(please|kindly|pls)\b", ""),
     # Only where they open the request: "Should my boss tell me?" is not "Should I tell my boss?".
     (r"^\W*help me( to)?\b", ""), (r"^\W*tell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
     (r"\bdo you know\b", ""), (r"^\W*give me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
@@ -101,10 +110,15 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bhow quick(ly)?\b", "what speed"), (r"^\W*(suggest|recommend)\b", "recommend"),
     # "What age is Harry Potter for?" asks for whom, not how old.
     (r"\bfor(?=\s*[?.!]*\s*$)", "purpose"),
+    # "What is the appendix for in the body?" asks its use, not what it is.
+    (r"\bfor(?= (in|on|at|inside) (a|an|the|my|your|our|his|her|their)\b)", "purpose"),
+    # Earning, not creating: "How do banks make money?" is not "How do banks create money?"
+    (r"\b(make|makes|making) (money|cash|a living)\b", r"earn \2"),
     # A how-to asked as a noun: "What are the steps to reset it?", "What's the method for boiling an egg?"
     # Only before a verb: "the procedure for kidney stones" is not "how to get kidney stones".
     ((r"\bwhat (is|are) the (steps|method|procedure) (to(?! (a|an|the|my|your|our|his|her|their)\b)"
-      r"|for(?= (?!(a|an|the|my|your|his|her|our|their)\b)(\w+ )?\w+ing\b(?!\s*([?.!,]|$|(in|on|at|during|after|while|when|from)\b))))"), "how to"),
+      r"|for(?= (?!(a|an|the|my|your|his|her|our|their)\b)(\w+ )?\w+ing\b"
+      r"(?!\s*([?.!,]|$|(in|on|at|during|after|while|when|from)\b))))"), "how to"),
     (r"^\W*(the )?steps to(?! (a|an|the|my|your)\b)", "how to"),
     # "How tall is it?" asks "What is its height?"
     (r"\bwhat age\b", "what agewritten"),
@@ -115,11 +129,11 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     # euros" are not.
     (r"\bthe following(?=\s*(:|\n|" + _TEXT_NOUNS + r"\b))", "this"),
     # Only where the text follows: "Add a paragraph below." places something.
-    (r"\b(" + _TEXT_NOUNS + r") below(?=\s*(:|\n))", r"\1"),
+    (r"\b(" + _TEXT_NOUNS + r") below(?=\s*(:|\.?\s*\n))", r"\1"),
     # Knocked out of a contest is not removed from it ("Who was eliminated from Survivor?").
     (r"\b(was|were|got|get|gets|getting|been|be|is|are) eliminated\b", r"\1 knockedout"))]
 
-FRAMING_VERBS = frozenset({"find", "show", "list", "display", "search", "get", "fetch", "give", "tell", "convert",
+FRAMING_VERBS = frozenset({"find", "show", "list", "search", "get", "give", "tell", "convert",
                            "calculate", "compute"})
 """Verbs that only ask for the answer ("Show flights to Rome" / "Flights to Rome", "Convert 5 km to miles" /
 "What is 5 km in miles?"): they frame a request, like "please". A verb that acts (book, delete, send) is
@@ -140,7 +154,7 @@ _UNITS = {
     "metre": "m", "cm": "cm", "centimeter": "cm", "mm": "mm", "millimeter": "mm", "inch": "inch",
     "foot": "foot", "feet": "foot", "ft": "foot", "yard": "yard", "kg": "kg", "kilogram": "kg", "kilo": "kg",
     "g": "g", "gram": "g", "mg": "mg", "lb": "lb", "lbs": "lb", "pound": "lb", "ounce": "oz", "oz": "oz",
-    "ton": "ton", "tonne": "ton", "celsius": "celsius", "c": "celsius", "fahrenheit": "fahrenheit",
+    "ton": "ton", "tonne": "tonne", "celsius": "celsius", "c": "celsius", "fahrenheit": "fahrenheit",
     "f": "fahrenheit", "kelvin": "kelvin", "degree": "degree", "°": "degree", "liter": "l", "litre": "l", "l": "l",
     "ml": "ml", "milliliter": "ml", "gallon": "gallon", "cup": "cup", "%": "percent", "percent": "percent",
     "percentage": "percent", "$": "usd", "dollar": "usd", "usd": "usd", "buck": "usd", "€": "eur", "euro": "eur",
@@ -160,6 +174,12 @@ _DATES = _words(
     "thur thurs fri sat sun today tomorrow yesterday tonight morning afternoon evening night noon midnight "
     "weekend weekday spring summer autumn fall winter now later soon recently currently ago next previous "
     "daily weekly monthly yearly annual annually hourly am pm christmas easter")
+_CALENDAR = _words(
+    "january february march april may june july august september october november december jan feb mar apr jun "
+    "jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu "
+    "thur thurs fri sat sun")
+"""Names compared by their first three letters ("Tues" / "Tuesday"); other date words whole ("weekend" /
+"weekday", "monthly" / "Monday")."""
 _PAST = frozenset({"did", "was", "were", "had", "ago", "yesterday", "last", "previous", "happened", "used"})
 _FUTURE = frozenset({"will", "shall", "gonna", "tomorrow", "next", "upcoming"})
 _COMPARATIVES = _words(
@@ -194,7 +214,8 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "summarize/summarise/summary", "recap/summary", "sofa/couch", "phone/telephone/cellphone/mobile",
     "email/mail/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
     "mistake/error", "ill/sick", "hi/hello/hey", "thank/thanks", "ok/okay", "maybe/perhaps", "also/too",
-    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit/email/mail/forward", "book/reserve", "schedule/arrange/plan/organize/organise", "cancel/revoke",
+    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit/email/mail/forward",
+    "book/reserve", "schedule/arrange/plan/organize/organise", "cancel/revoke",
     "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
     "convert/conversion/converted", "calculate/compute", "check/verify", "way/method", "fast/quickly",
     "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
@@ -238,20 +259,22 @@ _IRREGULAR = {
 _DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
 """Words whose object must be the same on both sides: "from Berlin to Rome" is not "from Rome to Berlin"."""
 _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
-                         "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less", "further": "farther", "furthest": "farthest"}
+                         "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less",
+                         "further": "farther", "furthest": "farthest", "lots": "lot", "much": "lot"}
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
 _COUNTED = frozenset({"a", "an", "one", "how_many", "my", "your", "our", "his", "her", "their"})
 """Words :attr:`Words.follows` records with the word after them."""
 _POSSESSIVES = frozenset({"my", "your", "our", "his", "her", "their"})
-_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself"})
+_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "ourselves"})
 _SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
 _ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
 """A pronoun as subject on one side and only as object on the other: "I paid my friend back" / "My friend paid
 me back"."""
 _SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
+"""Words that join two things either way round: "Berlin and Paris" is "Paris and Berlin"."""
 _ORDER_REACH = 16
 """How many words apart two swapped words may be (a bound on the work a long prompt costs)."""
-"""Words that join two things either way round: "Berlin and Paris" is "Paris and Berlin"."""
+_ARTICLE = frozenset({"a", "an", "the"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +307,18 @@ class Words:
     raw: frozenset[str]
     """Every token before the frames rewrote any (an entity must be a word the other prompt wrote, not one a
     frame put there: "What is the Iron Age?" / "How old is iron?")."""
+    operators: tuple[str, ...] = ()
+    """Operator signs, sorted ("+", "==", "-" before a number): "3 + 5" is not "3 * 5", "!=" is not "=="."""
+    forms: frozenset[tuple[str, str]] = frozenset()
+    """(stem, "past" / "ing" / "s") of each content word written in one of those forms: "Who owns Twitter?" is
+    not "Who owned Twitter?", "Has he visited Cuba?" is not "Is he visiting Cuba?"."""
+    preps: frozenset[tuple[str, str]] = frozenset()
+    """(preposition, the compared form of its object), the object "" where the preposition ends the question
+    ("Who is this song by?"): "songs by Adele" is not "songs about Adele"."""
+    after_what: str = ""
+    """The stem after a leading "what" ("What makes a good password?": "make")."""
+    opening: str = ""
+    """The stem of the first word ("Make a good password": "make")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +365,13 @@ def _stem_uncached(word: str) -> str:
 _stem_cached = functools.lru_cache(maxsize=65_536)(_stem_uncached)
 
 
+_THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+
+
 def _number(token: str) -> str:
-    value = token.replace(",", "")
+    # "1,000" is a thousand; "1,5" (a decimal comma) is one and a half, not fifteen.
+    value = token.replace(",", "") if "," not in token or _THOUSANDS.fullmatch(token) or token.count(",") > 1 \
+        or "." in token else token.replace(",", ".")
     if "." in value:
         value = value.rstrip("0").rstrip(".") or "0"
     return value.lstrip("0") or "0"
@@ -356,6 +396,7 @@ def analyse(text: str) -> Words:
         if literal in lowered:  # a regex costs a microsecond even when it finds nothing
             lowered = pattern.sub(repl, lowered)
     raw = frozenset(_TOKENS.findall(lowered))
+    operators = _operators(lowered) if _OPERATOR_CHARS.search(lowered) else ()
     for frame, replacement, literal in _FRAMES_GUARDED:
         if literal in lowered:
             lowered = frame.sub(replacement, lowered)
@@ -366,7 +407,7 @@ def analyse(text: str) -> Words:
     instruction = set()
     negations, numbers = [], []
     units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
-    sequence, keys = [], set()
+    sequence, keys, forms = [], set(), set()
     for i, token in enumerate(tokens):
         after_number = i > 0 and tokens[i - 1][0].isdigit()
         key = ""  # the compared form of a number, unit or content word, for word order
@@ -386,27 +427,32 @@ def analyse(text: str) -> Words:
                 key = "unit:" + unit
             else:
                 if token in _DATES and (token not in ("am", "pm") or after_number):
-                    dates.add(token[:3])
+                    dates.add(token[:3] if token in _CALENDAR else token)
                 if token in _PAST:
                     tense.add("past")
                 if token in _FUTURE:
                     tense.add("future")
                 if token == "been":  # "Has he been married?" is not "Is he married?"
                     tense.add("perfect")
+                if token == "being":  # "Is the bridge being built?" is not "Is the bridge built?"
+                    tense.add("progressive")
                 if token in _COMPARATIVES:
                     comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
                 elif token in _QUESTION_WORDS:
                     questions.add(_QUESTION_WORDS[token])
                 elif token in _MODALS:
                     modals.add(token)
-                elif token in FRAMING_VERBS and i > 0:
+                elif (token in FRAMING_VERBS or token == "let") and i > 0:
                     content.add(stem)  # not where it opens the request: "How to give a massage" is no frame
-                    key = stem
+                    key = stem  # "Will my parents let me get a tattoo?" is not "Will my parents get a tattoo?"
                 elif not (token in _STOP or token in _PAST or token in _FUTURE or token in _DATES):
                     content.add(stem)
                     key = stem
                     if i < instruction_end:
                         instruction.add(stem)
+                    form = _form(token)
+                    if form:
+                        forms.add((stem, form))
         sequence.append(key or token)
         if key:
             keys.add(key)
@@ -417,7 +463,96 @@ def analyse(text: str) -> Words:
                  frozenset(({"an": "a"}.get(token, token), _object(following))
                            for i, (token, following) in enumerate(itertools.pairwise(tokens))
                            if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
-                           and (token not in _POSSESSIVES or _named(tokens, i))), raw)
+                           and (token not in _POSSESSIVES or _named(tokens, i))), raw,
+                 operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
+                 _stem(tokens[0]) if tokens and tokens[0] not in _STOP else "")
+
+
+_OPERATOR_CHARS = re.compile(r"[-+*/=<>!&|^~#]")
+_OPERATOR = re.compile(r"[-+*/=<>!&|^~#]+")
+
+
+def _operators(text: str) -> tuple[str, ...]:
+    """The operator signs of ``text``, sorted; not a hyphen, slash or ampersand inside a word ("e-mail",
+    "and/or", "R&D", "COVID-19"), an exclamation mark after a word, a dash between words or a list bullet."""
+    found = []
+    for match in _OPERATOR.finditer(text):
+        run, start, end = match.group(0), match.start(), match.end()
+        before = text[start - 1] if start else ""
+        after = text[end] if end < len(text) else ""
+        if run in ("/", "&") and before.isalpha() and after.isalpha():
+            continue  # "and/or", "R&D"
+        if run == "-":
+            left = text[:start].rstrip()[-1:]
+            right = text[end:].lstrip()[:1]
+            # "3 - 5", "-5", "x - 1" (not "e-mail", "3-day", "COVID-19", "Paris - what to see")
+            if before.isalpha() or not (right.isdigit() or right == "(" or (left.isdigit() or left == ")")
+                                        and not after.isalpha()):
+                continue
+        if set(run) == {"!"} and not before.isdigit():
+            continue
+        if run in ("-", "*", "#") and before in ("", "\n") and after == " ":
+            continue  # a bullet or a heading
+        found.append(run)
+    return tuple(sorted(found))
+
+
+_IRREGULAR_PAST = _words(
+    "took taken wrote written made gave given went gone ran saw seen bought sold sent spent built brought thought "
+    "told said paid kept felt held met won lost began begun chose chosen drove driven ate eaten flew flown knew "
+    "known grew grown")
+
+
+def _form(token: str) -> str:
+    """Whether a content word is written as a past ("owned", "won"), an "-ing" or an "-s" form ("owns")."""
+    if token in _IRREGULAR_PAST or (token.endswith("ed") and not token.endswith("eed") and len(token) > 4):
+        return "past"
+    if token.endswith("ing") and len(token) > 5:
+        return "ing"
+    if token.endswith("s") and not token.endswith(("ss", "us", "is")) and len(token) > 3:
+        return "s"
+    return ""
+
+
+_PREPOSITIONS = frozenset({"by", "about", "with", "for", "at", "on", "in", "of", "onto", "via", "from", "to",
+                           "into"})
+_DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "its", "this", "that",
+                          "these", "those", "some", "any"})
+_SAME_PREPOSITION = {"on": "about", "from": "of", "into": "to", "onto": "to"}
+"""Prepositions that ask alike before the same object: "an essay on / about X", "made of / from X"."""
+
+
+def _prepositions(tokens: list[str]) -> list[tuple[str, str]]:
+    """(preposition, the compared form of its object, "" where none follows: "Who is this song by?")."""
+    found = []
+    for i, token in enumerate(tokens):
+        if token in _PREPOSITIONS:
+            j = i + 1
+            while j < len(tokens) and tokens[j] in _DETERMINERS:
+                j += 1
+            if j == len(tokens) or tokens[j] in _PREPOSITIONS:
+                found.append((token, ""))
+            elif tokens[j] not in _STOP and tokens[j] not in _DATES:
+                found.append((token, _key(tokens[j])))
+    return found
+
+
+def _key(token: str) -> str:
+    """The compared form of a word as :attr:`Words.sequence` writes it: "#5", "unit:km", a stem."""
+    if token[0].isdigit():
+        return "#" + _number(token)
+    if token in _NUMBER_WORDS:
+        return "#" + _NUMBER_WORDS[token]
+    stem = _stem(token)
+    unit = _unit(token, stem)
+    return "unit:" + unit if unit is not None and (len(token) > 1 or not token.isalpha()) else stem
+
+
+def _after_what(tokens: list[str]) -> str:
+    """The stem right after an opening "what" ("What makes a good password?": "make"), or ""."""
+    if len(tokens) > 1 and tokens[0] == "what" and tokens[1] not in _STOP:
+        return _stem(tokens[1])
+    return ""
 
 
 _ONE_OPENERS = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "can", "could", "should", "would",
@@ -432,10 +567,11 @@ def _named(tokens: list[str], i: int) -> bool:
 
 
 def _one_as_a(tokens: list[str], i: int) -> bool:
-    """Whether the "one" at ``tokens[i]`` may stand for "a": in a request or a statement ("Order one large pizza",
-    "Name one planet") or beside "how many" ("How many euros is one dollar?"), but not in another question, where
-    "one" counts ("Is the UK one country?", "Why does China have one time zone?", "Is there one God?")."""
-    return "how_many" in tokens or not tokens or tokens[0] not in _ONE_OPENERS
+    """Whether the "one" at ``tokens[i]`` may stand for "a": opening a request or right after its opening verb
+    ("One large pizza", "Order one large pizza", "Name one planet") or beside "how many" ("How many euros is one
+    dollar?"), but not in a question, where "one" counts ("Is the UK one country?", "Why does China have one time
+    zone?"), nor further in ("List countries with one official language", "Tell me if the UK is one country")."""
+    return "how_many" in tokens or not tokens or (tokens[0] not in _ONE_OPENERS and i <= 1)
 
 
 def _unit(token: str, stem: str) -> str | None:
@@ -466,6 +602,12 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
             between_a = [t for t in a.sequence[where_a[first] + 1:where_a[second]] if t not in keys]
             between_b = [t for t in b.sequence[where_b[second] + 1:where_b[first]] if t not in keys]
             if between_a == between_b and not (between_a and set(between_a) <= _SYMMETRIC):
+                return first, second
+            # The same words but an article: "Is Canada north of the United States?" / "Is the United States
+            # north of Canada?"
+            between_a = [t for t in between_a if t not in _ARTICLE]
+            if between_a and between_a == [t for t in between_b if t not in _ARTICLE] \
+                    and not set(between_a) <= _SYMMETRIC:
                 return first, second
     return None
 
@@ -580,11 +722,12 @@ class Polarity:
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
-_STOPPING = re.compile(r"\b(stop|quit|cease|halt) \w+ing\b|\brather than\b|\bthe opposite of\b")
+_STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b")
 """Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it"."""
 _CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
-    "increase/lower", "increase/reduce")]
+    "increase/lower", "increase/reduce", "up/off", "next/previous", "ascending/descending", "ascend/descend",
+    "top/bottom", "maximize/minimize", "maximise/minimise", "show/hide", "incoming/outgoing", "renew/cancel")]
 """Opposites for :func:`clash` only: :func:`verify` wants every content word matched anyway."""
 _SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
           "fewer": ("less",)}
@@ -646,7 +789,35 @@ def clash(request: Polarity, example: Polarity) -> str:
     swapped = _traded(request.tokens, example.tokens)
     if swapped:
         return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
+    if "from" in request.words or "from" in example.words:  # "transfer money to / from my savings"
+        towards, away = _ends(request.tokens), _ends(example.tokens)
+        for direction, place in towards - away:
+            if (_AWAY[direction], place) in away:
+                return f"direction: {direction} {place!r} vs {_AWAY[direction]} {place!r}"
+    for subject, object_ in (("i", "me"), ("we", "us")):  # "you owe me a refund" / "i owe you a refund"
+        if "you" in request.words and "you" in example.words:
+            roles = {(subject in request.words, object_ in request.words),
+                     (subject in example.words, object_ in example.words)}
+            if roles == {(True, False), (False, True)}:
+                return f"roles: {subject!r} vs {object_!r}"
     return ""
+
+
+_AWAY = {"to": "from", "from": "to"}
+_OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/under", "upper/lower", "on/off")
+                          for one, other in (pair.split("/"), pair.split("/")[::-1]))
+_ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that"})
+
+
+def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
+    """("to" or "from", the word after it past an article): {("to", "savings")}; "into" is "to"."""
+    found = set()
+    for i, token in enumerate(tokens):
+        if token in ("to", "into", "from"):
+            following = next((t for t in tokens[i + 1:] if t not in _ARTICLES), None)
+            if following is not None:
+                found.add(("from" if token == "from" else "to", following))
+    return found
 
 
 def _traded(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
@@ -675,6 +846,9 @@ def _opposites_of(word: str) -> set[str]:
     """The words :func:`_opposed` pairs with ``word``: its antonyms, and it with a negating prefix put on or
     taken off."""
     found = set(_ANTONYMS_OF.get(word, ())) | set(_CLASH_OPPOSITES.get(word, ()))
+    for prefix, other in _OPPOSED_PREFIXES:  # "upvote" / "downvote", "overcharged" / "undercharged"
+        if word.startswith(prefix) and len(word) - len(prefix) >= 3:
+            found.add(other + word[len(prefix):])
     for prefix in _NEGATING_PREFIXES:
         if len(word) > 2:
             found.add(prefix + word)
@@ -741,7 +915,7 @@ def verify(a: Words, b: Words) -> Verdict:
     towards_a, towards_b = _towards(a), _towards(b)
     for place in towards_a.keys() & towards_b.keys():
         if towards_a[place] != towards_b[place]:
-            return Verdict(False, f"direction: {sorted(towards_a[place])} {place} vs {sorted(towards_b[place])} {place}")
+            return Verdict(False, f"direction: {sorted(towards_a[place])} vs {sorted(towards_b[place])} {place}")
     unmatched_a, unmatched_b = _unmatched(only_a, only_b)
     if unmatched_a or unmatched_b:
         return Verdict(False, f"content: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
@@ -753,4 +927,78 @@ def verify(a: Words, b: Words) -> Verdict:
     swapped = _swapped(a, b)
     if swapped is not None:
         return Verdict(False, f"order: {swapped[0]!r} and {swapped[1]!r} trade places")
+    if a.operators != b.operators:  # "3 + 5" / "3 * 5", "!=" / "=="
+        return Verdict(False, f"operators: {list(a.operators)} vs {list(b.operators)}")
+    changed = _tense_form(a, b)
+    if changed:  # "Who owns Twitter?" / "Who owned Twitter?"
+        return Verdict(False, f"tense: {changed!r} in another form")
+    moved = _preposition_changed(a, b) or _preposition_changed(b, a)
+    if moved:
+        return Verdict(False, f"roles: {moved}")
+    for asking, telling in ((a, b), (b, a)):  # "What makes a good password?" / "Make a good password"
+        if not telling.questions and asking.after_what and asking.after_what == telling.opening:
+            return Verdict(False, f"questions: 'what {asking.after_what}' vs {telling.opening!r}")
     return Verdict(True, "")
+
+
+def _tense_form(a: Words, b: Words) -> str:
+    """A content word written as a past on one side and as an "-ing" or "-s" form on the other."""
+    left, right = a.forms - b.forms, b.forms - a.forms
+    for stem, form in left:
+        for other_stem, other in right:
+            if stem == other_stem and "past" in (form, other):
+                return stem
+    return ""
+
+
+def _canonical(preposition: str) -> str:
+    return _SAME_PREPOSITION.get(preposition, preposition)
+
+
+def _preposition_changed(a: Words, b: Words) -> str:
+    """How the preposition before a word changed from ``a`` to ``b``, or "": "songs by / about Adele", "a toast
+    for / from the bride", "Who is this song by? / about?", "Who was Caesar killed by? / Who was killed by
+    Caesar?", "Was Goliath killed by David? / Did Goliath kill David?", "run for / an office", "by / to $10"."""
+    before_a: dict[str, set[str]] = {}
+    for preposition, obj in a.preps:
+        before_a.setdefault(obj, set()).add(preposition)
+    before_b: dict[str, set[str]] = {}
+    for preposition, obj in b.preps:
+        before_b.setdefault(obj, set()).add(preposition)
+    for word, used in before_a.items():
+        if word in before_b and before_b[word] != used:
+            if not word:  # both end on a preposition ("made of?" / "made from?" ask alike)
+                if {_canonical(p) for p in used} != {_canonical(p) for p in before_b[word]}:
+                    return f"{min(used)} / {min(before_b[word])} at the end"
+                continue
+            if word[0] != "#" and not word.startswith("unit:"):
+                for one, other in itertools.product(used - before_b[word], before_b[word] - used):
+                    if frozenset((one, other)) in _CONTRASTING:
+                        return f"{one} / {other} {word}"
+    stranded = {p for p, obj in a.preps if not obj}
+    for preposition, obj in b.preps:  # "Who was Caesar killed by?" / "Who was killed by Caesar?"
+        if obj and preposition in stranded and obj in a.keys and (preposition, obj) not in a.preps:
+            return f"{preposition} at the end / {preposition} {obj}"
+    sequence_a, sequence_b = a.sequence, b.sequence
+    for i, token in enumerate(sequence_a):
+        if token != "by" or i == 0:
+            continue
+        verb = sequence_a[i - 1]
+        agent = next((t for t in sequence_a[i + 1:] if t in a.keys), None)
+        if verb not in a.keys or agent is None or agent in before_b or verb not in b.keys or agent not in b.keys:
+            continue
+        where = {t: j for j, t in enumerate(sequence_b)}
+        if verb[0] != "#" and not verb.startswith("unit:") and where[agent] > where[verb]:
+            return f"by {agent} / {agent} after {verb}"  # "killed by David" / "kill David"
+    by_a = {obj.removeprefix("#").removeprefix("unit:") for p, obj in a.preps if p == "by" and obj}
+    by_b = {obj.removeprefix("#").removeprefix("unit:") for p, obj in b.preps if p == "by" and obj}
+    towards_b = {obj for d, obj in b.directions if d in ("to", "into", "from")}
+    for obj in (by_a - by_b) & towards_b:
+        return f"by {obj} / to {obj}"  # "Reduce the price by $10" / "... to $10"
+    return ""
+
+
+_CONTRASTING = frozenset(frozenset(pair.split("/")) for pair in (
+    "by/about", "by/with", "by/for", "for/from", "for/about", "with/about", "with/at", "with/for", "at/about"))
+"""Prepositions that change who does what to the same object: "songs by / about Adele", "a toast for / from
+the bride", "get back with / at my ex", "movies with / about Tom Hanks"."""

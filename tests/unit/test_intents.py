@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -11,8 +13,10 @@ from laya.router.embedder import load_embedder
 from laya.router.intents import IntentIndex
 from laya.router.rules import RuleSet, RuleSpec
 from laya.router.text import normalise
+from laya.router.verifier import clash, polarity
 
 EMBEDDER = load_embedder()
+DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def index(*specs: RuleSpec, threshold: float = 0.85) -> IntentIndex:
@@ -59,6 +63,17 @@ def test_a_request_that_says_the_opposite_of_a_near_example_does_not_match(rule:
     assert float(EMBEDDER.embed(text) @ EMBEDDER.embed(rule.examples[0])) >= 0.85
     assert index(rule).match(text) is None
     assert index(rule).match(normalise(rule.examples[0] + " please")) is not None
+
+
+def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_it() -> None:
+    # tests/data/intent_opposites.jsonl: next / previous, incoming / outgoing, to / from the same account,
+    # "you owe me" / "I owe you", upgrade / downgrade ...; each request said the opposite and passed the guard.
+    cases = [json.loads(line) for line in (DATA / "intent_opposites.jsonl").read_text().splitlines()]
+    assert len(cases) >= 20
+    for case in cases:
+        request, example = normalise(case["request"]), case["example"]
+        assert clash(polarity(request), polarity(example, opposites=True)), case
+        assert index(rule(example)).match(request) is None, case
 
 
 def test_an_unrelated_request_matches_nothing() -> None:
