@@ -7,7 +7,9 @@ changed number nearer still ("Convert 5 km to miles" / "... 50 km ...":
 two prompts to agree, word class by word class, on everything that changes an
 answer:
 
-* **negation** — not / no / never / without / none ... (``don't`` is ``do not``);
+* **negation** — not / no / never / without / none ... (``don't`` is ``do not``),
+  and in the same clause ("I can log in but cannot reset it" is not "I cannot log
+  in but can reset it");
 * **numbers** — digits and number words (``5`` and ``five`` agree; the word ``one`` may stand for
   ``a`` before the same word, "one large pizza" / "a large pizza", but ``1`` may not: "chapter 1");
 * **units and currencies** — km, miles, %, $, EUR ...;
@@ -212,9 +214,9 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "delete/remove/erase", "create/make", "help/assist", "choose/select/pick", "talk/speak", "use/utilize/utilise",
     "need/require", "find/locate", "answer/reply/respond", "shut/close", "correct/accurate",
     "summarize/summarise/summary", "recap/summary", "sofa/couch", "phone/telephone/cellphone/mobile",
-    "email/mail/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
+    "email/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
     "mistake/error", "ill/sick", "hi/hello/hey", "thank/thanks", "ok/okay", "maybe/perhaps", "also/too",
-    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit/email/mail/forward",
+    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit/email/forward", "send/mail",
     "book/reserve", "schedule/arrange/plan/organize/organise", "cancel/revoke",
     "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
     "convert/conversion/converted", "calculate/compute", "check/verify", "way/method", "fast/quickly",
@@ -319,6 +321,13 @@ class Words:
     """The stem after a leading "what" ("What makes a good password?": "make")."""
     opening: str = ""
     """The stem of the first word ("Make a good password": "make")."""
+    negated: tuple[frozenset[str], ...] = ()
+    """The content stems of each clause that holds a negation ("the chair did not arrive": {"chair", "arriv"})."""
+    closing: frozenset[str] | None = None
+    """The content stems after the last line break of a prompt with a pasted text (a question asked after
+    the text), or None."""
+    yes_no: bool = False
+    """Whether the prompt opens with an auxiliary verb ("Is there a fee?", "Does it mention a date?")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,12 +378,51 @@ _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
 def _number(token: str) -> str:
-    # "1,000" is a thousand; "1,5" (a decimal comma) is one and a half, not fifteen.
-    value = token.replace(",", "") if "," not in token or _THOUSANDS.fullmatch(token) or token.count(",") > 1 \
-        or "." in token else token.replace(",", ".")
-    if "." in value:
-        value = value.rstrip("0").rstrip(".") or "0"
+    """A number as compared: "1,000" is a thousand and "1,5" (a decimal comma) one and a half. Trailing zeros
+    stay ("Python 3.10" is not "Python 3.1", "192.168.1.10" is not "192.168.1.1", "range(0,10)" is not
+    "range(0,1)"), and so do the commas of a list ("[3,10,2]" is not "[31,0,2]")."""
+    if _THOUSANDS.fullmatch(token):
+        value = token.replace(",", "")
+    elif token.count(",") == 1 and "." not in token:
+        value = token.replace(",", ".")
+    else:
+        value = token
     return value.lstrip("0") or "0"
+
+
+def _framed(lowered: str) -> str:
+    """``lowered`` with :data:`_FRAMES` rewritten before a pasted text only: in the text they are quoted, not
+    asked ("Translate into French: Can you help me?" is not "... Will you help me?")."""
+    payload = _PAYLOAD.search(lowered)
+    end = payload.start() + 1 if payload else len(lowered)  # with the colon: "the notes below:"
+    head, text = lowered[:end], lowered[end:]
+    for frame, replacement, literal in _FRAMES_GUARDED:
+        if literal in head:
+            head = frame.sub(replacement, head)
+    return head + text
+
+
+_CLAUSE = re.compile(r"[.,;!?\n]|\b(?:but|and|or|while|whereas|although|though|however|yet)\b")
+_AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "has", "have", "had", "can",
+                          "could", "should", "would", "will", "must", "may", "might", "shall"})
+
+
+def _content_stems(text: str) -> frozenset[str]:
+    """The stems of the words of ``text`` that are neither function words nor negations."""
+    return frozenset(_stem(t) for t in _TOKENS.findall(text) if t not in _STOP and t not in NEGATIONS)
+
+
+def _negated(lowered: str) -> tuple[frozenset[str], ...]:
+    """The content stems of each clause holding a negation, sorted: which words a "not" is said of."""
+    clauses = (c for c in _CLAUSE.split(lowered) if c and any(t in NEGATIONS for t in _TOKENS.findall(c)))
+    return tuple(sorted((_content_stems(c) for c in clauses), key=sorted))
+
+
+def _closing(lowered: str) -> frozenset[str] | None:
+    """The content stems after the last line break, where a line break follows the pasted text's start."""
+    payload = _PAYLOAD.search(lowered)
+    end = lowered.rstrip().rfind("\n")
+    return _content_stems(lowered[end + 1:]) if payload and end >= payload.start() else None
 
 
 def _guarded(patterns: list[tuple[re.Pattern[str], str]], pad: bool) -> list[tuple[re.Pattern[str], str, str]]:
@@ -397,9 +445,7 @@ def analyse(text: str) -> Words:
             lowered = pattern.sub(repl, lowered)
     raw = frozenset(_TOKENS.findall(lowered))
     operators = _operators(lowered) if _OPERATOR_CHARS.search(lowered) else ()
-    for frame, replacement, literal in _FRAMES_GUARDED:
-        if literal in lowered:
-            lowered = frame.sub(replacement, lowered)
+    lowered = _framed(lowered)
     tokens = [token if token in _QUESTION_WORDS else token.replace("_", " ") for token in
               _TOKENS.findall(lowered)]
     payload = _PAYLOAD.search(lowered)
@@ -428,6 +474,8 @@ def analyse(text: str) -> Words:
             else:
                 if token in _DATES and (token not in ("am", "pm") or after_number):
                     dates.add(token[:3] if token in _CALENDAR else token)
+                    if token in _CALENDAR:  # "ends May 5, starts June 5" / "ends June 5, starts May 5"
+                        key = "date:" + token[:3]
                 if token in _PAST:
                     tense.add("past")
                 if token in _FUTURE:
@@ -465,7 +513,9 @@ def analyse(text: str) -> Words:
                            if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
                            and (token not in _POSSESSIVES or _named(tokens, i))), raw,
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
-                 _stem(tokens[0]) if tokens and tokens[0] not in _STOP else "")
+                 _stem(tokens[0]) if tokens and tokens[0] not in _STOP else "",
+                 _negated(lowered) if negations else (), _closing(lowered) if payload else None,
+                 bool(tokens) and tokens[0] in _AUXILIARIES)
 
 
 _OPERATOR_CHARS = re.compile(r"[-+*/=<>!&|^~#]")
@@ -601,15 +651,23 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
                 continue
             between_a = [t for t in a.sequence[where_a[first] + 1:where_a[second]] if t not in keys]
             between_b = [t for t in b.sequence[where_b[second] + 1:where_b[first]] if t not in keys]
-            if between_a == between_b and not (between_a and set(between_a) <= _SYMMETRIC):
+            if between_a == between_b and not _joined(a, where_a[first], where_a[second], count_a):
                 return first, second
             # The same words but an article: "Is Canada north of the United States?" / "Is the United States
             # north of Canada?"
             between_a = [t for t in between_a if t not in _ARTICLE]
             if between_a and between_a == [t for t in between_b if t not in _ARTICLE] \
-                    and not set(between_a) <= _SYMMETRIC:
+                    and not _joined(a, where_a[first], where_a[second], count_a):
                 return first, second
     return None
+
+
+def _joined(a: Words, start: int, end: int, count: Counter[str]) -> bool:
+    """Whether only "and", "or" or "vs" join the words at ``start`` and ``end`` ("Berlin and Paris", "30 days
+    or 60 days"), besides words said of both; not where a word of one of them stands between ("Alice scored
+    90 and Bob 70", "ends on May 5 and billing starts June 5")."""
+    between = [t for t in a.sequence[start + 1:end] if t not in _ARTICLE and not (t in a.keys and count[t] > 1)]
+    return bool(between) and set(between) <= _SYMMETRIC
 
 
 def _object(token: str) -> str:
@@ -719,15 +777,20 @@ class Polarity:
     side that is compared against (``polarity(text, opposites=True)``)."""
     tokens: tuple[str, ...] = ()
     """Its words in order (for two that trade places: "sort from low to high" / "sort from high to low")."""
+    numbers: tuple[str, ...] = ()
+    """Its numbers, digits and number words, sorted ("charged twice": ("x2",))."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
-_STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b")
-"""Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it"."""
+_STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b"
+                       r"|\b(undo|revert|reverse)\b|\bcancel (\w+ ){0,2}cancellation\b")
+"""Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it", "undo cancel my
+order", "cancel my subscription cancellation"."""
 _CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
     "increase/lower", "increase/reduce", "up/off", "next/previous", "ascending/descending", "ascend/descend",
-    "top/bottom", "maximize/minimize", "maximise/minimise", "show/hide", "incoming/outgoing", "renew/cancel")]
+    "top/bottom", "maximize/minimize", "maximise/minimise", "show/hide", "incoming/outgoing", "renew/cancel",
+    "much/little", "monthly/yearly", "monthly/annual", "monthly/annually")]
 """Opposites for :func:`clash` only: :func:`verify` wants every content word matched anyway."""
 _SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
           "fewer": ("less",)}
@@ -767,9 +830,14 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
         for word in words:
             for opposite in _opposites_of(word):
                 opposed.setdefault(opposite, set()).add(word)
-    stopping = len(_STOPPING.findall(text)) if ("ing" in text or "rather" in text or "opposite" in text) else 0
+    stopping = len(_STOPPING.findall(text)) if any(cue in text for cue in _STOPPING_CUES) else 0
+    numbers = [_number(n) for n in _DIGITS.findall(text)] + [_NUMBER_WORDS[w] for w in found if w in _NUMBER_WORDS]
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
-                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found))
+                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)))
+
+
+_STOPPING_CUES = ("ing", "rather", "opposite", "undo", "rever", "cancellation")
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -782,6 +850,8 @@ def clash(request: Polarity, example: Polarity) -> str:
     """
     if request.negations != example.negations:
         return f"negation: {request.negations} vs {example.negations}"
+    if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
+        return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     opposites = example.opposites
     for word in request.words:  # a dozen words; the example's opposites are many more
         if word in opposites and word not in example.words and opposites[word] - request.words:
@@ -800,6 +870,18 @@ def clash(request: Polarity, example: Polarity) -> str:
                      (subject in example.words, object_ in example.words)}
             if roles == {(True, False), (False, True)}:
                 return f"roles: {subject!r} vs {object_!r}"
+    return _roles_traded(request, example)
+
+
+def _roles_traded(request: Polarity, example: Polarity) -> str:
+    """A subject pronoun on one side and only its object on the other, all other words the same: "the seller
+    refunded me" / "i refunded the seller" (not "i want a refund" / "give me a refund": other words)."""
+    for subject, object_ in (("i", "me"), ("we", "us")):
+        roles = {(subject in request.words, object_ in request.words),
+                 (subject in example.words, object_ in example.words)}
+        if roles == {(True, False), (False, True)} and \
+                request.words - {subject, object_} == example.words - {subject, object_}:
+            return f"roles: {subject!r} vs {object_!r}"
     return ""
 
 
@@ -877,7 +959,9 @@ def verify(a: Words, b: Words) -> Verdict:
         if left != right:
             return Verdict(False, f"{name}: {sorted(left - right)} vs {sorted(right - left)}")
     questions_a, questions_b = a.questions, b.questions
-    if not questions_a or not questions_b:  # an imperative may drop an optional question word
+    if (not questions_a and not a.yes_no) or (not questions_b and not b.yes_no):
+        # An imperative may drop an optional question word; a yes/no question may not ("Is there a fee?" is not
+        # "What is the fee?").
         optional = _OPTIONAL_QUESTIONS | ({"how_many"} if _converted(a, b) else frozenset())
         questions_a, questions_b = questions_a - optional, questions_b - optional
     if questions_a != questions_b:
@@ -924,6 +1008,14 @@ def verify(a: Words, b: Words) -> Verdict:
         unmatched_a, unmatched_b = _unmatched(a.instruction - b.instruction, b.instruction - a.instruction)
         if unmatched_a or unmatched_b:
             return Verdict(False, f"instruction: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
+    if a.closing is not None and b.closing is not None:
+        # A question after the pasted text: "<review> What does it say about the price?" / "... the battery?"
+        unmatched_a, unmatched_b = _unmatched(a.closing - b.closing, b.closing - a.closing)
+        if unmatched_a or unmatched_b:
+            return Verdict(False, f"instruction: {sorted(unmatched_a)} vs {sorted(unmatched_b)} after the text")
+    moved_not = _negation_moved(a, b)
+    if moved_not:
+        return Verdict(False, f"negation: said of {moved_not}")
     swapped = _swapped(a, b)
     if swapped is not None:
         return Verdict(False, f"order: {swapped[0]!r} and {swapped[1]!r} trade places")
@@ -939,6 +1031,17 @@ def verify(a: Words, b: Words) -> Verdict:
         if not telling.questions and asking.after_what and asking.after_what == telling.opening:
             return Verdict(False, f"questions: 'what {asking.after_what}' vs {telling.opening!r}")
     return Verdict(True, "")
+
+
+def _negation_moved(a: Words, b: Words) -> str:
+    """The words a negation is said of on one side only, among the words both sides share: "I can log in but
+    cannot reset my password" / "I cannot log in but can reset my password"."""
+    shared = a.content & b.content
+    left = Counter(clause & shared for clause in a.negated)
+    right = Counter(clause & shared for clause in b.negated)
+    if left != right:
+        return ", ".join(sorted(set().union(*(left - right), *(right - left))) or ["nothing"])
+    return ""
 
 
 def _tense_form(a: Words, b: Words) -> str:
