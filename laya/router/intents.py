@@ -11,7 +11,7 @@ An example near enough does not count when the request says its opposite: a
 negation on one side only ("do not", "stop sending", "rather than"), two
 opposed words ("earlier" / "later", "log in" / "logout"), or two words that
 trade places ("from low to high"). "cancel my subscription" / "do not cancel
-my subscription" are 0.966 similar; :func:`~laya.router.verifier.clash` tells
+my subscription" are 0.966 similar; :func:`~laya.router.opposites.clash` tells
 them apart. Such a request goes on
 to the model, as an exact-path miss would.
 
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from laya.router.embedder import TextEmbedder
+from laya.router.opposites import clash, polarity
 from laya.router.rules import Rule, RuleSet
 from laya.router.text import normalise
 from laya.router.vectorindex import VectorIndex
-from laya.router.verifier import clash, polarity
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 from laya.router.rules import required_literal
 
-__all__ = ["Polarity", "Verdict", "Words", "analyse", "clash", "polarity", "verify"]
+__all__ = ["Verdict", "Words", "analyse", "verify"]
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
@@ -143,10 +143,10 @@ content, and so are "use", "check" and "need" ("How do I use Excel?" is not "How
 frames ("explain how", "what are the steps to") are rewritten by ``_FRAMES``."""
 NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
                        "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate((
+NUMBER_WORDS = {w: str(i) for i, w in enumerate((
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
     "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"))}
-_NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
+NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
                       "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
                       "billion": "1000000000", "dozen": "12", "half": "0.5", "quarter": "0.25", "double": "x2",
                       "twice": "x2", "once": "x1", "triple": "x3", "first": "#1", "second": "#2", "third": "#3",
@@ -207,7 +207,7 @@ _ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "debit/credit", "asleep/awake", "alive/dead", "present/absent", "agree/disagree", "visible/hidden",
     "public/private", "internal/external", "upper/lower", "maximum/minimum", "plus/minus", "sum/difference",
 )]
-_NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "anti", "a", "de", "mis")
+NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "anti", "a", "de", "mis")
 _SYNONYMS = [frozenset(group.split("/")) for group in (
     "buy/purchase", "fix/repair", "start/begin", "show/display/list", "big/large", "small/little/tiny",
     "quick/fast/rapid", "car/automobile", "movie/film", "cost/price", "photo/picture/image/pic",
@@ -272,9 +272,9 @@ _SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
 _ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
 """A pronoun as subject on one side and only as object on the other: "I paid my friend back" / "My friend paid
 me back"."""
-_SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
+SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
 """Words that join two things either way round: "Berlin and Paris" is "Paris and Berlin"."""
-_ORDER_REACH = 16
+ORDER_REACH = 16
 """How many words apart two swapped words may be (a bound on the work a long prompt costs)."""
 _ARTICLE = frozenset({"a", "an", "the"})
 
@@ -348,7 +348,7 @@ def _spelling(word: str) -> str:
     return word
 
 
-def _stem(word: str) -> str:
+def word_stem(word: str) -> str:
     """:func:`_stem_uncached`, remembered for words of ordinary length (a prompt repeats its words)."""
     return _stem_cached(word) if len(word) <= 64 else _stem_uncached(word)
 
@@ -377,7 +377,7 @@ _stem_cached = functools.lru_cache(maxsize=65_536)(_stem_uncached)
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
-def _number(token: str) -> str:
+def canonical_number(token: str) -> str:
     """A number as compared: "1,000" is a thousand and "1,5" (a decimal comma) one and a half. Trailing zeros
     stay ("Python 3.10" is not "Python 3.1", "192.168.1.10" is not "192.168.1.1", "range(0,10)" is not
     "range(0,1)"), and so do the commas of a list ("[3,10,2]" is not "[31,0,2]")."""
@@ -409,7 +409,7 @@ _AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "do", "does", "did",
 
 def _content_stems(text: str) -> frozenset[str]:
     """The stems of the words of ``text`` that are neither function words nor negations."""
-    return frozenset(_stem(t) for t in _TOKENS.findall(text) if t not in _STOP and t not in NEGATIONS)
+    return frozenset(word_stem(t) for t in _TOKENS.findall(text) if t not in _STOP and t not in NEGATIONS)
 
 
 def _negated(lowered: str) -> tuple[frozenset[str], ...]:
@@ -460,13 +460,13 @@ def analyse(text: str) -> Words:
         if token in NEGATIONS:
             negations.append("not")
         elif token[0].isdigit():
-            numbers.append(_number(token))
+            numbers.append(canonical_number(token))
             key = "#" + numbers[-1]
-        elif token in _NUMBER_WORDS and not (token == "second" and after_number):
-            numbers.append(_NUMBER_WORDS[token])
+        elif token in NUMBER_WORDS and not (token == "second" and after_number):
+            numbers.append(NUMBER_WORDS[token])
             key = "#" + numbers[-1]
         else:
-            stem = _stem(token)
+            stem = word_stem(token)
             unit = _unit(token, stem)
             if unit is not None and (len(token) > 1 or after_number):
                 units.add(unit)
@@ -513,7 +513,7 @@ def analyse(text: str) -> Words:
                            if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
                            and (token not in _POSSESSIVES or _named(tokens, i))), raw,
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
-                 _stem(tokens[0]) if tokens and tokens[0] not in _STOP else "",
+                 word_stem(tokens[0]) if tokens and tokens[0] not in _STOP else "",
                  _negated(lowered) if negations else (), _closing(lowered) if payload else None,
                  bool(tokens) and tokens[0] in _AUXILIARIES)
 
@@ -590,10 +590,10 @@ def _prepositions(tokens: list[str]) -> list[tuple[str, str]]:
 def _key(token: str) -> str:
     """The compared form of a word as :attr:`Words.sequence` writes it: "#5", "unit:km", a stem."""
     if token[0].isdigit():
-        return "#" + _number(token)
-    if token in _NUMBER_WORDS:
-        return "#" + _NUMBER_WORDS[token]
-    stem = _stem(token)
+        return "#" + canonical_number(token)
+    if token in NUMBER_WORDS:
+        return "#" + NUMBER_WORDS[token]
+    stem = word_stem(token)
     unit = _unit(token, stem)
     return "unit:" + unit if unit is not None and (len(token) > 1 or not token.isalpha()) else stem
 
@@ -601,7 +601,7 @@ def _key(token: str) -> str:
 def _after_what(tokens: list[str]) -> str:
     """The stem right after an opening "what" ("What makes a good password?": "make"), or ""."""
     if len(tokens) > 1 and tokens[0] == "what" and tokens[1] not in _STOP:
-        return _stem(tokens[1])
+        return word_stem(tokens[1])
     return ""
 
 
@@ -635,7 +635,7 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
     "Did the Yankees beat the Red Sox" / "... the Red Sox beat the Yankees", "Is Alice Bob's manager" /
     "Is Bob Alice's manager". A phrase that moves as a block ("hotels in Rome under 100 euros" / "hotels
     under 100 euros in Rome") has other words between them and passes; so do words joined by "and", "or"
-    or "vs" alone ("Berlin and Paris" / "Paris and Berlin"). Words more than ``_ORDER_REACH`` compared
+    or "vs" alone ("Berlin and Paris" / "Paris and Berlin"). Words more than ``ORDER_REACH`` compared
     words apart are not paired, so that a prompt of thousands of words costs linear time."""
     count_a, count_b = Counter(a.sequence), Counter(b.sequence)
     where_a = {k: i for i, k in enumerate(a.sequence)
@@ -646,7 +646,7 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
         return None  # the same order on both sides
     keys = a.keys | b.keys
     for i, first in enumerate(once):
-        for second in once[i + 1:i + 1 + _ORDER_REACH]:
+        for second in once[i + 1:i + 1 + ORDER_REACH]:
             if where_b[first] < where_b[second]:
                 continue
             between_a = [t for t in a.sequence[where_a[first] + 1:where_a[second]] if t not in keys]
@@ -667,13 +667,13 @@ def _joined(a: Words, start: int, end: int, count: Counter[str]) -> bool:
     or 60 days"), besides words said of both; not where a word of one of them stands between ("Alice scored
     90 and Bob 70", "ends on May 5 and billing starts June 5")."""
     between = [t for t in a.sequence[start + 1:end] if t not in _ARTICLE and not (t in a.keys and count[t] > 1)]
-    return bool(between) and set(between) <= _SYMMETRIC
+    return bool(between) and set(between) <= SYMMETRIC
 
 
 def _object(token: str) -> str:
     """The compared form of the word a direction, an article or "how many" stands before."""
-    stem = _stem(token)
-    return _unit(token, stem) or _NUMBER_WORDS.get(token) or stem
+    stem = word_stem(token)
+    return _unit(token, stem) or NUMBER_WORDS.get(token) or stem
 
 
 def _directions(tokens: list[str]) -> list[tuple[str, str]]:
@@ -710,12 +710,13 @@ def _entities(text: str) -> list[str]:
     return found
 
 
-_SYNONYM_STEMS = [frozenset(_stem(word) for word in group) for group in _SYNONYMS]
-_ANTONYM_STEMS = frozenset(frozenset(_stem(word) for word in pair) for pair in _ANTONYMS)
-_ANTONYMS_OF: dict[str, set[str]] = {}
+_SYNONYM_STEMS = [frozenset(word_stem(word) for word in group) for group in _SYNONYMS]
+_ANTONYM_STEMS = frozenset(frozenset(word_stem(word) for word in pair) for pair in _ANTONYMS)
+ANTONYMS_OF: dict[str, set[str]] = {}
+"""Each listed antonym, raw and stemmed, with its opposites ("buy": {"sell"}); the intents' guard reads it."""
 for _pair in [*_ANTONYMS, *_ANTONYM_STEMS]:
     for _word in _pair:
-        _ANTONYMS_OF.setdefault(_word, set()).update(_pair - {_word})
+        ANTONYMS_OF.setdefault(_word, set()).update(_pair - {_word})
 
 
 def _present(entity: str, words: frozenset[str]) -> bool:
@@ -732,7 +733,7 @@ def _opposed(a: str, b: str) -> bool:
     if frozenset((a, b)) in _ANTONYM_STEMS:
         return True
     for one, other in ((a, b), (b, a)):
-        for prefix in _NEGATING_PREFIXES:
+        for prefix in NEGATING_PREFIXES:
             if one.startswith(prefix) and one[len(prefix):].lstrip("-") == other and len(other) > 2:
                 return True
     return False
@@ -763,180 +764,6 @@ def _same_numbers(a: Words, b: Words) -> bool:
             ones = {word for counted, word in side.follows if counted == "one"}
             return bool(ones) and ones <= {word for counted, word in other.follows if counted == "a"}
     return False
-
-
-@dataclass(frozen=True, slots=True)
-class Polarity:
-    """What :func:`clash` compares of a short text: its words and how many negations it holds."""
-
-    words: frozenset[str]
-    """Its words and their stems."""
-    negations: int
-    opposites: dict[str, frozenset[str]]
-    """Each word opposed to one of ``words``, with the words it opposes ({"off": {"on"}}); only for the
-    side that is compared against (``polarity(text, opposites=True)``)."""
-    tokens: tuple[str, ...] = ()
-    """Its words in order (for two that trade places: "sort from low to high" / "sort from high to low")."""
-    numbers: tuple[str, ...] = ()
-    """Its numbers, digits and number words, sorted ("charged twice": ("x2",))."""
-
-
-_NOT = re.compile(r"n't\b|\bcannot\b")
-_STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b"
-                       r"|\b(undo|revert|reverse)\b|\bcancel (\w+ ){0,2}cancellation\b")
-"""Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it", "undo cancel my
-order", "cancel my subscription cancellation"."""
-_CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
-    "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
-    "increase/lower", "increase/reduce", "up/off", "next/previous", "ascending/descending", "ascend/descend",
-    "top/bottom", "maximize/minimize", "maximise/minimise", "show/hide", "incoming/outgoing", "renew/cancel",
-    "much/little", "monthly/yearly", "monthly/annual", "monthly/annually")]
-"""Opposites for :func:`clash` only: :func:`verify` wants every content word matched anyway."""
-_SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
-          "fewer": ("less",)}
-"""Words :func:`polarity` reads as others too ("logout" says "out", "fewer" says "less")."""
-_CLASH_OPPOSITES: dict[str, set[str]] = {}
-for _pair in _CLASH_ANTONYMS:
-    for _word in _pair:
-        _CLASH_OPPOSITES.setdefault(_word, set()).update(_pair - {_word})
-
-
-def _base(word: str) -> str | None:
-    """The adjective of a comparative or superlative whose opposite is listed ("later": "late", "bigger": "big")."""
-    if word.endswith(("er", "est")):
-        stem = word[:-2] if word.endswith("er") else word[:-3]
-        for base in (stem, stem + "e", stem[:-1], stem[:-1] + "y"):
-            if base in _ANTONYMS_OF and len(base) > 2:
-                return base
-    return None
-_LETTERS = re.compile(r"[a-z]+")
-
-
-def polarity(text: str, *, opposites: bool = False) -> Polarity:
-    """The words and negations of a (normalised) text: a few microseconds, for a router's hot path. With
-    ``opposites``, also every word that would say its opposite (once, when an intent's example is loaded)."""
-    text = text.lower()
-    if "n't" in text or "cannot" in text:
-        text = _NOT.sub(" not", text)
-    found = _LETTERS.findall(text)
-    words = frozenset(found).union(map(_stem, found))
-    # "later" also says "late" (whose opposite is listed), "logout" also says "out".
-    extra = [_base(word) for word in found if word[-2:] in ("er", "st")]
-    extra += [part for word in words & _SPLIT.keys() for part in _SPLIT[word]]
-    if any(extra):
-        words = words.union(filter(None, extra))
-    opposed: dict[str, set[str]] = {}
-    if opposites:
-        for word in words:
-            for opposite in _opposites_of(word):
-                opposed.setdefault(opposite, set()).add(word)
-    stopping = len(_STOPPING.findall(text)) if any(cue in text for cue in _STOPPING_CUES) else 0
-    numbers = [_number(n) for n in _DIGITS.findall(text)] + [_NUMBER_WORDS[w] for w in found if w in _NUMBER_WORDS]
-    return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
-                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)))
-
-
-_STOPPING_CUES = ("ing", "rather", "opposite", "undo", "rever", "cancellation")
-_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
-
-
-def clash(request: Polarity, example: Polarity) -> str:
-    """Why a request an embedding calls near an example says its opposite, or "" when nothing shows it.
-
-    A subset of :func:`verify` for matching a request to a rule's examples (``example`` made with
-    ``opposites=True``), where the request may say more than the example but not the opposite: a negation
-    on one side only ("cancel my subscription" / "do not cancel my subscription") or two opposed words
-    ("turn on dark mode" / "turn off dark mode"), either one on its side only.
-    """
-    if request.negations != example.negations:
-        return f"negation: {request.negations} vs {example.negations}"
-    if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
-        return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
-    opposites = example.opposites
-    for word in request.words:  # a dozen words; the example's opposites are many more
-        if word in opposites and word not in example.words and opposites[word] - request.words:
-            return f"polarity: {word!r} vs {min(opposites[word] - request.words)!r}"
-    swapped = _traded(request.tokens, example.tokens)
-    if swapped:
-        return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
-    if "from" in request.words or "from" in example.words:  # "transfer money to / from my savings"
-        towards, away = _ends(request.tokens), _ends(example.tokens)
-        for direction, place in towards - away:
-            if (_AWAY[direction], place) in away:
-                return f"direction: {direction} {place!r} vs {_AWAY[direction]} {place!r}"
-    for subject, object_ in (("i", "me"), ("we", "us")):  # "you owe me a refund" / "i owe you a refund"
-        if "you" in request.words and "you" in example.words:
-            roles = {(subject in request.words, object_ in request.words),
-                     (subject in example.words, object_ in example.words)}
-            if roles == {(True, False), (False, True)}:
-                return f"roles: {subject!r} vs {object_!r}"
-    return _roles_traded(request, example)
-
-
-def _roles_traded(request: Polarity, example: Polarity) -> str:
-    """A subject pronoun on one side and only its object on the other, all other words the same: "the seller
-    refunded me" / "i refunded the seller" (not "i want a refund" / "give me a refund": other words)."""
-    for subject, object_ in (("i", "me"), ("we", "us")):
-        roles = {(subject in request.words, object_ in request.words),
-                 (subject in example.words, object_ in example.words)}
-        if roles == {(True, False), (False, True)} and \
-                request.words - {subject, object_} == example.words - {subject, object_}:
-            return f"roles: {subject!r} vs {object_!r}"
-    return ""
-
-
-_AWAY = {"to": "from", "from": "to"}
-_OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/under", "upper/lower", "on/off")
-                          for one, other in (pair.split("/"), pair.split("/")[::-1]))
-_ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that"})
-
-
-def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
-    """("to" or "from", the word after it past an article): {("to", "savings")}; "into" is "to"."""
-    found = set()
-    for i, token in enumerate(tokens):
-        if token in ("to", "into", "from"):
-            following = next((t for t in tokens[i + 1:] if t not in _ARTICLES), None)
-            if following is not None:
-                found.add(("from" if token == "from" else "to", following))
-    return found
-
-
-def _traded(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
-    """Two words once on each side that trade places around the same words, at least one ("from low to high" /
-    "from high to low", "a refund not a replacement" / "a replacement not a refund")."""
-    in_a, in_b = set(a), set(b)
-    if [w for w in a if w in in_b] == [w for w in b if w in in_a]:
-        return None  # the shared words in the same order: nearly always
-    count_a, count_b = Counter(a), Counter(b)
-    where_a = {w: i for i, w in enumerate(a) if count_a[w] == 1 and count_b[w] == 1}
-    if len(where_a) < 2:
-        return None
-    where_b = {w: i for i, w in enumerate(b) if w in where_a}
-    once = sorted(where_a, key=where_a.__getitem__)
-    for i, first in enumerate(once):
-        for second in once[i + 1:i + 1 + _ORDER_REACH]:
-            if where_b[first] > where_b[second]:
-                between_a = a[where_a[first] + 1:where_a[second]]
-                between_b = b[where_b[second] + 1:where_b[first]]
-                if between_a and between_a == between_b and not set(between_a) <= _SYMMETRIC:
-                    return first, second
-    return None
-
-
-def _opposites_of(word: str) -> set[str]:
-    """The words :func:`_opposed` pairs with ``word``: its antonyms, and it with a negating prefix put on or
-    taken off."""
-    found = set(_ANTONYMS_OF.get(word, ())) | set(_CLASH_OPPOSITES.get(word, ()))
-    for prefix, other in _OPPOSED_PREFIXES:  # "upvote" / "downvote", "overcharged" / "undercharged"
-        if word.startswith(prefix) and len(word) - len(prefix) >= 3:
-            found.add(other + word[len(prefix):])
-    for prefix in _NEGATING_PREFIXES:
-        if len(word) > 2:
-            found.add(prefix + word)
-        if word.startswith(prefix) and len(word) - len(prefix) > 2:
-            found.add(word[len(prefix):])
-    return found
 
 
 def _towards(words: Words) -> dict[str, set[str]]:

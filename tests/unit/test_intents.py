@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from laya.router.embedder import load_embedder
 from laya.router.intents import IntentIndex
+from laya.router.opposites import clash, polarity
 from laya.router.rules import RuleSet, RuleSpec
 from laya.router.text import normalise
-from laya.router.verifier import clash, polarity
 
 EMBEDDER = load_embedder()
 DATA = Path(__file__).resolve().parent.parent / "data"

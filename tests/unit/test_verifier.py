@@ -8,7 +8,8 @@ import pytest
 
 from laya.errors import InvalidRequest
 from laya.ops.pairbench import read_pairs, run_pair_bench
-from laya.router.verifier import analyse, clash, polarity, verify
+from laya.router.opposites import clash, polarity
+from laya.router.verifier import analyse, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

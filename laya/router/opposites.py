@@ -1,0 +1,207 @@
+"""Does a request say the opposite of a rule example it is near? The intents stage's guard.
+
+An embedding puts a sentence next to its opposite ("cancel my subscription" /
+"do not cancel my subscription", 0.966 similar). An intent's example may be
+shorter than the request, so the semantic cache's :mod:`~laya.router.verifier`
+(every content word on both sides) is too strict here; :func:`clash` asks only
+whether the request *contradicts* the example: a negation on one side only
+(also "stop sending", "rather than", "undo"), opposed words (antonyms, negating
+and opposed prefixes, comparatives, "log in" / "logout"), two words that trade
+places, "to" against "from" the same place, swapped pronoun roles, different
+numbers. It shares the verifier's word tables and stemmer.
+
+The example side is prepared once, when the rules load
+(``polarity(example, opposites=True)`` lists every word that would oppose it);
+the request side costs a few microseconds on the router's hot path.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from laya.router.verifier import (
+    ANTONYMS_OF,
+    NEGATING_PREFIXES,
+    NEGATIONS,
+    NUMBER_WORDS,
+    ORDER_REACH,
+    SYMMETRIC,
+    canonical_number,
+    word_stem,
+)
+
+__all__ = ["Polarity", "clash", "polarity"]
+
+
+@dataclass(frozen=True, slots=True)
+class Polarity:
+    """What :func:`clash` compares of a short text: its words and how many negations it holds."""
+
+    words: frozenset[str]
+    """Its words and their stems."""
+    negations: int
+    opposites: dict[str, frozenset[str]]
+    """Each word opposed to one of ``words``, with the words it opposes ({"off": {"on"}}); only for the
+    side that is compared against (``polarity(text, opposites=True)``)."""
+    tokens: tuple[str, ...] = ()
+    """Its words in order (for two that trade places: "sort from low to high" / "sort from high to low")."""
+    numbers: tuple[str, ...] = ()
+    """Its numbers, digits and number words, sorted ("charged twice": ("x2",))."""
+
+
+_NOT = re.compile(r"n't\b|\bcannot\b")
+_STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b"
+                       r"|\b(undo|revert|reverse)\b|\bcancel (\w+ ){0,2}cancellation\b")
+"""Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it", "undo cancel my
+order", "cancel my subscription cancellation"."""
+_CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
+    "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
+    "increase/lower", "increase/reduce", "up/off", "next/previous", "ascending/descending", "ascend/descend",
+    "top/bottom", "maximize/minimize", "maximise/minimise", "show/hide", "incoming/outgoing", "renew/cancel",
+    "much/little", "monthly/yearly", "monthly/annual", "monthly/annually")]
+"""Opposites for :func:`clash` only: the verifier wants every content word matched anyway."""
+_SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
+          "fewer": ("less",)}
+"""Words :func:`polarity` reads as others too ("logout" says "out", "fewer" says "less")."""
+_STOPPING_CUES = ("ing", "rather", "opposite", "undo", "rever", "cancellation")
+"""Text without one of these cannot match :data:`_STOPPING` (a substring test is cheaper than the regex)."""
+_LETTERS = re.compile(r"[a-z]+")
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+_CLASH_OPPOSITES: dict[str, set[str]] = {}
+for _pair in _CLASH_ANTONYMS:
+    for _word in _pair:
+        _CLASH_OPPOSITES.setdefault(_word, set()).update(_pair - {_word})
+
+
+def _base(word: str) -> str | None:
+    """The adjective of a comparative or superlative whose opposite is listed ("later": "late", "bigger": "big")."""
+    if word.endswith(("er", "est")):
+        stem = word[:-2] if word.endswith("er") else word[:-3]
+        for base in (stem, stem + "e", stem[:-1], stem[:-1] + "y"):
+            if base in ANTONYMS_OF and len(base) > 2:
+                return base
+    return None
+
+
+
+
+def polarity(text: str, *, opposites: bool = False) -> Polarity:
+    """The words and negations of a (normalised) text: a few microseconds, for a router's hot path. With
+    ``opposites``, also every word that would say its opposite (once, when an intent's example is loaded)."""
+    text = text.lower()
+    if "n't" in text or "cannot" in text:
+        text = _NOT.sub(" not", text)
+    found = _LETTERS.findall(text)
+    words = frozenset(found).union(map(word_stem, found))
+    # "later" also says "late" (whose opposite is listed), "logout" also says "out".
+    extra = [_base(word) for word in found if word[-2:] in ("er", "st")]
+    extra += [part for word in words & _SPLIT.keys() for part in _SPLIT[word]]
+    if any(extra):
+        words = words.union(filter(None, extra))
+    opposed: dict[str, set[str]] = {}
+    if opposites:
+        for word in words:
+            for opposite in _opposites_of(word):
+                opposed.setdefault(opposite, set()).add(word)
+    stopping = len(_STOPPING.findall(text)) if any(cue in text for cue in _STOPPING_CUES) else 0
+    numbers = [canonical_number(n) for n in _DIGITS.findall(text)]
+    numbers += [NUMBER_WORDS[word] for word in found if word in NUMBER_WORDS]
+    return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
+                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)))
+
+
+def clash(request: Polarity, example: Polarity) -> str:
+    """Why a request an embedding calls near an example says its opposite, or "" when nothing shows it.
+
+    A subset of :func:`~laya.router.verifier.verify` for matching a request to a rule's examples (``example`` made with
+    ``opposites=True``), where the request may say more than the example but not the opposite: a negation
+    on one side only ("cancel my subscription" / "do not cancel my subscription") or two opposed words
+    ("turn on dark mode" / "turn off dark mode"), either one on its side only.
+    """
+    if request.negations != example.negations:
+        return f"negation: {request.negations} vs {example.negations}"
+    if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
+        return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
+    opposites = example.opposites
+    for word in request.words:  # a dozen words; the example's opposites are many more
+        if word in opposites and word not in example.words and opposites[word] - request.words:
+            return f"polarity: {word!r} vs {min(opposites[word] - request.words)!r}"
+    swapped = _traded(request.tokens, example.tokens)
+    if swapped:
+        return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
+    if "from" in request.words or "from" in example.words:  # "transfer money to / from my savings"
+        towards, away = _ends(request.tokens), _ends(example.tokens)
+        for direction, place in towards - away:
+            if (_AWAY[direction], place) in away:
+                return f"direction: {direction} {place!r} vs {_AWAY[direction]} {place!r}"
+    return _roles_traded(request, example)
+
+
+def _roles_traded(request: Polarity, example: Polarity) -> str:
+    """A subject pronoun on one side and only its object on the other, where both speak to "you" ("you owe me
+    a refund" / "i owe you a refund") or all other words are the same ("the seller refunded me" / "i refunded
+    the seller"; not "i want a refund" / "give me a refund", which differ in other words)."""
+    both_to_you = "you" in request.words and "you" in example.words
+    for subject, object_ in (("i", "me"), ("we", "us")):
+        roles = {(subject in request.words, object_ in request.words),
+                 (subject in example.words, object_ in example.words)}
+        if roles == {(True, False), (False, True)} and (
+                both_to_you or request.words - {subject, object_} == example.words - {subject, object_}):
+            return f"roles: {subject!r} vs {object_!r}"
+    return ""
+
+
+_AWAY = {"to": "from", "from": "to"}
+_OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/under", "upper/lower", "on/off")
+                          for one, other in (pair.split("/"), pair.split("/")[::-1]))
+_ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that"})
+
+
+def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
+    """("to" or "from", the word after it past an article): {("to", "savings")}; "into" is "to"."""
+    found = set()
+    for i, token in enumerate(tokens):
+        if token in ("to", "into", "from"):
+            following = next((t for t in tokens[i + 1:] if t not in _ARTICLES), None)
+            if following is not None:
+                found.add(("from" if token == "from" else "to", following))
+    return found
+
+
+def _traded(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
+    """Two words once on each side that trade places around the same words, at least one ("from low to high" /
+    "from high to low", "a refund not a replacement" / "a replacement not a refund")."""
+    in_a, in_b = set(a), set(b)
+    if [w for w in a if w in in_b] == [w for w in b if w in in_a]:
+        return None  # the shared words in the same order: nearly always
+    count_a, count_b = Counter(a), Counter(b)
+    where_a = {w: i for i, w in enumerate(a) if count_a[w] == 1 and count_b[w] == 1}
+    if len(where_a) < 2:
+        return None
+    where_b = {w: i for i, w in enumerate(b) if w in where_a}
+    once = sorted(where_a, key=where_a.__getitem__)
+    for i, first in enumerate(once):
+        for second in once[i + 1:i + 1 + ORDER_REACH]:
+            if where_b[first] > where_b[second]:
+                between_a = a[where_a[first] + 1:where_a[second]]
+                between_b = b[where_b[second] + 1:where_b[first]]
+                if between_a and between_a == between_b and not set(between_a) <= SYMMETRIC:
+                    return first, second
+    return None
+
+
+def _opposites_of(word: str) -> set[str]:
+    """The words opposed to ``word``: its antonyms, it with a negating prefix put on or taken off (as the
+    verifier's polarity check reads them), and it with an opposed prefix ("upvote" / "downvote")."""
+    found = set(ANTONYMS_OF.get(word, ())) | set(_CLASH_OPPOSITES.get(word, ()))
+    for prefix, other in _OPPOSED_PREFIXES:  # "upvote" / "downvote", "overcharged" / "undercharged"
+        if word.startswith(prefix) and len(word) - len(prefix) >= 3:
+            found.add(other + word[len(prefix):])
+    for prefix in NEGATING_PREFIXES:
+        if len(word) > 2:
+            found.add(prefix + word)
+        if word.startswith(prefix) and len(word) - len(prefix) > 2:
+            found.add(word[len(prefix):])
+    return found
