@@ -14,7 +14,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential cmake \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY laya ./laya
 # GGML_NATIVE=OFF: kernels for any x86-64 CPU the image may run on, not only the build host's
 # (llama.cpp still picks AVX2/AVX-512 paths at run time where the CPU has them).

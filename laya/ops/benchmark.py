@@ -340,13 +340,19 @@ class SemanticRoutingBench:
     by_stage: dict[str, float]
     """The no-pattern requests' p50 per stage (``accept``: decoding the request), and, inside the intents
     stage, the embedding and the search alone."""
+    semantic_matched: dict[str, float]
+    """The no-pattern requests that matched an intent (the guard, the rule's answer)."""
+    semantic_unmatched: dict[str, float]
+    """The no-pattern requests that matched none (they go on to the model)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"rules": self.rules, "intents": self.intents, "examples": self.examples, "requests": self.requests,
                 "exact_baseline_us": self.exact_baseline, "exact_with_semantic_rules_us": self.exact_with_semantic,
                 "semantic_decision_us": self.semantic, "index_search_us": self.index_search,
                 "brute_force_search_us": self.brute_force_search, "intent_hit_share": self.intent_hits,
-                "embedder_load_s": self.load_s, "by_stage_p50_us": self.by_stage}
+                "embedder_load_s": self.load_s, "by_stage_p50_us": self.by_stage,
+                "semantic_decision_matched_us": self.semantic_matched,
+                "semantic_decision_unmatched_us": self.semantic_unmatched}
 
     def table(self) -> str:
         rows = [(f"semantic routing: {self.rules} pattern rules + {self.intents} intents x "
@@ -357,6 +363,8 @@ class SemanticRoutingBench:
                 ("exact path (patterns, exact cache), without intents", self.exact_baseline),
                 ("exact path, router with the intents", self.exact_with_semantic),
                 ("no pattern matches: rules + intents + cache", self.semantic),
+                ("  those that matched an intent", self.semantic_matched),
+                ("  those that matched none", self.semantic_unmatched),
                 ("  of which the example search (index)", self.index_search),
                 ("  the same search as one matrix product", self.brute_force_search)):
             rows.append(f"{name:<58}{figures['p50']:>9.2f}{figures['p99']:>9.2f}{figures['mean']:>9.2f}")
@@ -421,7 +429,11 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     base += _timed(exact_in[half:], exact_decide)
     with_semantic += _timed(exact_in[half:], decide)
     semantic = _timed(semantic_in, decide)
-    hits = sum(1 for r in semantic_in if index.match(normalise(r.text)) is not None) / len(semantic_in)
+    matched = [index.match(normalise(r.text)) is not None for r in semantic_in]
+    hits = sum(matched) / len(semantic_in)
+    # The two kinds of request apart: with half matching, the p50 of all falls between them.
+    semantic_hit = [t for t, hit in zip(semantic, matched) if hit]
+    semantic_miss = [t for t, hit in zip(semantic, matched) if not hit]
     queries = [embedder.embed(normalise(t)) for t in semantic_texts[:5000]]
     searched = _timed(queries, index.index.search)
     brute = _timed(queries, index.index.brute_force)
@@ -431,7 +443,7 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     by_stage["intents: search"] = _summary(searched)["p50"]
     return SemanticRoutingBench(n_rules, n_intents, len(index), requests, _summary(base), _summary(with_semantic),
                                 _summary(semantic), _summary(brute), _summary(searched), round(hits, 3),
-                                round(load_s, 2), by_stage)
+                                round(load_s, 2), by_stage, _summary(semantic_hit), _summary(semantic_miss))
 
 
 def _stage_times(router: Any, requests: list[Request]) -> dict[str, list[int]]:

@@ -71,7 +71,7 @@ class IntentIndex:
         self._owner_of: list[int] = owners
         self._polarity = [polarity(example, opposites=True) for example in self._examples]
         # Priority first, then the rule's place: lower is better, as in RuleSet.
-        self._rank_of = [rule.rank for rule in self._rules]
+        self._row_rank = [self._rules[owner].rank for owner in owners]
         vectors = embedder.embed_many([normalise(e) for e in self._examples]) if self._examples else np.zeros((0, 0), dtype=np.float32)
         self.index = VectorIndex(vectors, np.asarray(thresholds, dtype=np.float32))
 
@@ -89,13 +89,14 @@ class IntentIndex:
         found, scores = self.index.search(self.embedder.embed(text))
         if found.size == 0:
             return None
-        # A handful of rows at most: plain Python beats numpy's per-call cost here.
-        ranked = sorted(zip(found.tolist(), scores.tolist()),
-                        key=lambda pair: (self._rank_of[self._owner_of[pair[0]]], -pair[1]))
+        # A few dozen rows at most: plain Python beats numpy's per-call cost here. Best first: the rule's rank,
+        # then the nearest example.
+        rows = found.tolist()
+        ranked = sorted(zip(map(self._row_rank.__getitem__, rows), (-scores).tolist(), rows))
         said = polarity(text)
-        for row, similarity in ranked:  # the best that does not say the opposite: nearly always the first
+        for _, distance, row in ranked:  # the best that does not say the opposite: nearly always the first
             if not clash(said, self._polarity[row]):
-                return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(similarity, 4))
+                return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(-distance, 4))
         return None
 
 

@@ -17,8 +17,9 @@ the request side costs a few microseconds on the router's hot path.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
-from collections import Counter
 from dataclasses import dataclass
 
 from laya.router.verifier import (
@@ -65,8 +66,8 @@ _CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
 _SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
           "fewer": ("less",)}
 """Words :func:`polarity` reads as others too ("logout" says "out", "fewer" says "less")."""
-_STOPPING_CUES = ("ing", "rather", "opposite", "undo", "rever", "cancellation")
-"""Text without one of these cannot match :data:`_STOPPING` (a substring test is cheaper than the regex)."""
+_STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation")
+"""Text without one of these cannot match :data:`_STOPPING` (a search for them is cheaper than the regex)."""
 _LETTERS = re.compile(r"[a-z]+")
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 _CLASH_OPPOSITES: dict[str, set[str]] = {}
@@ -85,6 +86,24 @@ def _base(word: str) -> str | None:
     return None
 
 
+def _forms(word: str) -> tuple[str, ...]:
+    """The words one word says: itself, its stem, the adjective of a comparative ("later" also says "late", whose
+    opposite is listed), the parts of a joined word ("logout" also says "log" and "out")."""
+    return _forms_cached(word) if len(word) <= 64 else _forms_uncached(word)
+
+
+def _forms_uncached(word: str) -> tuple[str, ...]:
+    stem = word_stem(word)
+    forms = [word, stem]
+    base = _base(word) if word[-2:] in ("er", "st") else None
+    if base:
+        forms.append(base)
+    for said in {word, stem}:
+        forms += _SPLIT.get(said, ())
+    return tuple(forms)
+
+
+_forms_cached = functools.lru_cache(maxsize=65_536)(_forms_uncached)
 
 
 def polarity(text: str, *, opposites: bool = False) -> Polarity:
@@ -94,18 +113,13 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     if "n't" in text or "cannot" in text:
         text = _NOT.sub(" not", text)
     found = _LETTERS.findall(text)
-    words = frozenset(found).union(map(word_stem, found))
-    # "later" also says "late" (whose opposite is listed), "logout" also says "out".
-    extra = [_base(word) for word in found if word[-2:] in ("er", "st")]
-    extra += [part for word in words & _SPLIT.keys() for part in _SPLIT[word]]
-    if any(extra):
-        words = words.union(filter(None, extra))
+    words = frozenset(itertools.chain.from_iterable(map(_forms, found)))
     opposed: dict[str, set[str]] = {}
     if opposites:
         for word in words:
             for opposite in _opposites_of(word):
                 opposed.setdefault(opposite, set()).add(word)
-    stopping = len(_STOPPING.findall(text)) if any(cue in text for cue in _STOPPING_CUES) else 0
+    stopping = len(_STOPPING.findall(text)) if _STOPPING_CUES.search(text) else 0
     numbers = [canonical_number(n) for n in _DIGITS.findall(text)]
     numbers += [NUMBER_WORDS[word] for word in found if word in NUMBER_WORDS]
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
@@ -143,6 +157,8 @@ def _roles_traded(request: Polarity, example: Polarity) -> str:
     """A subject pronoun on one side and only its object on the other, where both speak to "you" ("you owe me
     a refund" / "i owe you a refund") or all other words are the same ("the seller refunded me" / "i refunded
     the seller"; not "i want a refund" / "give me a refund", which differ in other words)."""
+    if _PRONOUNS.isdisjoint(request.words) and _PRONOUNS.isdisjoint(example.words):
+        return ""
     both_to_you = "you" in request.words and "you" in example.words
     for subject, object_ in (("i", "me"), ("we", "us")):
         roles = {(subject in request.words, object_ in request.words),
@@ -153,6 +169,7 @@ def _roles_traded(request: Polarity, example: Polarity) -> str:
     return ""
 
 
+_PRONOUNS = frozenset({"i", "me", "we", "us"})
 _AWAY = {"to": "from", "from": "to"}
 _OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/under", "upper/lower", "on/off")
                           for one, other in (pair.split("/"), pair.split("/")[::-1]))
@@ -173,17 +190,14 @@ def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
 def _traded(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, str] | None:
     """Two words once on each side that trade places around the same words, at least one ("from low to high" /
     "from high to low", "a refund not a replacement" / "a replacement not a refund")."""
-    in_a, in_b = set(a), set(b)
-    if [w for w in a if w in in_b] == [w for w in b if w in in_a]:
-        return None  # the shared words in the same order: nearly always
-    count_a, count_b = Counter(a), Counter(b)
-    where_a = {w: i for i, w in enumerate(a) if count_a[w] == 1 and count_b[w] == 1}
-    if len(where_a) < 2:
-        return None
-    where_b = {w: i for i, w in enumerate(b) if w in where_a}
-    once = sorted(where_a, key=where_a.__getitem__)
-    for i, first in enumerate(once):
-        for second in once[i + 1:i + 1 + ORDER_REACH]:
+    once = {w for w in set(a).intersection(b) if a.count(w) == 1 and b.count(w) == 1}
+    in_order = [w for w in a if w in once]
+    if len(once) < 2 or in_order == [w for w in b if w in once]:
+        return None  # the words once on each side in the same order: nearly always
+    where_a = {w: i for i, w in enumerate(a) if w in once}
+    where_b = {w: i for i, w in enumerate(b) if w in once}
+    for i, first in enumerate(in_order):
+        for second in in_order[i + 1:i + 1 + ORDER_REACH]:
             if where_b[first] > where_b[second]:
                 between_a = a[where_a[first] + 1:where_a[second]]
                 between_b = b[where_b[second] + 1:where_b[first]]

@@ -220,7 +220,7 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "book/reserve", "schedule/arrange/plan/organize/organise", "cancel/revoke",
     "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
     "convert/conversion/converted", "calculate/compute", "check/verify", "way/method", "fast/quickly",
-    "big/huge", "enough/sufficient", "vs/versus", "app/application", "pc/computer", "website/site",
+    "big/huge", "enough/sufficient", "vs/versus", "pc/computer", "website/site",
     "find/search", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
     "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
     "author/write", "differ/different/difference", "remove/eliminate", "cheap/inexpensive",
@@ -380,13 +380,16 @@ _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 def canonical_number(token: str) -> str:
     """A number as compared: "1,000" is a thousand and "1,5" (a decimal comma) one and a half. Trailing zeros
     stay ("Python 3.10" is not "Python 3.1", "192.168.1.10" is not "192.168.1.1", "range(0,10)" is not
-    "range(0,1)"), and so do the commas of a list ("[3,10,2]" is not "[31,0,2]")."""
+    "range(0,1)"), and so do the commas of a list ("[3,10,2]" is not "[31,0,2]"), and leading zeros of a whole
+    number ("order 007" is not "order 7"; "05/06" and "5/6" then differ too, a paraphrase lost to safety)."""
     if _THOUSANDS.fullmatch(token):
         value = token.replace(",", "")
     elif token.count(",") == 1 and "." not in token:
         value = token.replace(",", ".")
     else:
         value = token
+    if value[:1] == "0" and value[1:2].isdigit():
+        return value  # an id or a zero-padded number: "007"
     return value.lstrip("0") or "0"
 
 
@@ -518,13 +521,16 @@ def analyse(text: str) -> Words:
                  bool(tokens) and tokens[0] in _AUXILIARIES)
 
 
-_OPERATOR_CHARS = re.compile(r"[-+*/=<>!&|^~#]")
+_OPERATOR_CHARS = re.compile(r"[-+*/=<>!&|^~#]|\[[^\[\]\n]*:")
 _OPERATOR = re.compile(r"[-+*/=<>!&|^~#]+")
+_SLICE = re.compile(r"\[[^\[\]\n]{0,40}:[^\[\]\n]{0,40}\]")
+"""A slice in code, compared whole: "x[2:]" is not "x[:2]"."""
 
 
 def _operators(text: str) -> tuple[str, ...]:
-    """The operator signs of ``text``, sorted; not a hyphen, slash or ampersand inside a word ("e-mail",
-    "and/or", "R&D", "COVID-19"), an exclamation mark after a word, a dash between words or a list bullet."""
+    """The operator signs of ``text`` and its slices ("[2:]"), sorted; not a hyphen, slash or ampersand inside a
+    word ("e-mail", "and/or", "R&D", "COVID-19"), an exclamation mark after a word, a dash between words or a list
+    bullet."""
     found = []
     for match in _OPERATOR.finditer(text):
         run, start, end = match.group(0), match.start(), match.end()
@@ -544,6 +550,7 @@ def _operators(text: str) -> tuple[str, ...]:
         if run in ("-", "*", "#") and before in ("", "\n") and after == " ":
             continue  # a bullet or a heading
         found.append(run)
+    found += ("".join(match.group(0).split()) for match in _SLICE.finditer(text))
     return tuple(sorted(found))
 
 

@@ -4,9 +4,10 @@ The models are written by the test session (laya.worker.shapedmodel): two layers
 (GQA 12/2, a 151,936-token vocabulary, Q4_K with Q6_K) and of Qwen3-0.6B in Q8_0 (Q/K norms, a head
 size of 128 that is not 1024/16). Their answers are steered, so each test knows the exact text.
 
-On Xeons with AMX, llama.cpp's CPU extra buffers crashed the worker on such models (issue 12); the
+On Xeons with AMX, llama.cpp's CPU extra buffers crash the worker on such models (issue 12); the
 default ``model.cpu_extra_buffers = "auto"`` turns them off there. On CPUs without AMX the crash does
-not happen, so these tests check the answers in every mode and that the mode really reaches llama.cpp.
+not happen, so these tests check the answers in every mode there, and in "auto" and "off" on AMX (where
+"auto" must choose off, or the test process dies), and that the mode really reaches llama.cpp.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def test_the_models_have_the_shapes_and_types_users_download(shaped_models: dict
 @pytest.mark.parametrize("mode", ["auto", "on", "off"])
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_the_worker_backend_answers_prompts_and_chats(shaped_models: dict[str, Path], model: str, mode: str) -> None:
+    if mode == "on" and "amx_int8" in _cpu_flags():
+        pytest.skip("llama.cpp's AMX kernels crash on quantised weights (the process dies): why auto turns them off")
     settings = Settings.model_validate({"model": {"path": str(shaped_models[model]), "cpu_extra_buffers": mode},
                                         "runtime": {"max_seq_len": 512}})
     backend = LlamaBackend(settings)

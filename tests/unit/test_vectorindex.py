@@ -1,12 +1,18 @@
-"""The example index gives the brute-force answer, on random vectors and on real sentence embeddings."""
+"""The example index gives the brute-force answer, on random vectors and on real sentence embeddings, with its
+int8 C kernel and without."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from laya.router.embedder import load_embedder
-from laya.router.vectorindex import VectorIndex
+from laya.router.vectorindex import VectorIndex, kernel_available
+
+KERNEL = [False, pytest.param(True, marks=pytest.mark.skipif(not kernel_available(), reason="no AVX-512 VNNI"))]
+"""Every answer is checked on both paths: numpy's float32 bound and the C kernel's int8 bound."""
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int, skew: float) -> np.ndarray:
@@ -19,12 +25,13 @@ def plain(vectors: np.ndarray, thresholds: np.ndarray, query: np.ndarray) -> set
     return set(np.flatnonzero(vectors @ query >= thresholds).tolist())
 
 
-@pytest.mark.parametrize("head", [4, 16, 32, 256])
-def test_search_equals_a_plain_matrix_product_on_random_vectors(head: int) -> None:
+@pytest.mark.parametrize("kernel", KERNEL)
+@pytest.mark.parametrize("head", [4, 16, 31, 32, 256])
+def test_search_equals_a_plain_matrix_product_on_random_vectors(head: int, kernel: bool) -> None:
     rng = np.random.default_rng(head)
     vectors = unit_rows(rng, 2000, 64, skew=3.0)
     thresholds = rng.uniform(0.3, 0.9, 2000).astype(np.float32)
-    index = VectorIndex(vectors, thresholds, head=head)
+    index = VectorIndex(vectors, thresholds, head=head, kernel=kernel)
     found_any = 0
     for _ in range(300):
         # Queries near stored rows, so that some rows reach their threshold.
@@ -37,7 +44,8 @@ def test_search_equals_a_plain_matrix_product_on_random_vectors(head: int) -> No
     assert found_any > 300
 
 
-def test_search_equals_a_plain_matrix_product_on_sentence_embeddings() -> None:
+@pytest.mark.parametrize("kernel", KERNEL)
+def test_search_equals_a_plain_matrix_product_on_sentence_embeddings(kernel: bool) -> None:
     embedder = load_embedder()
     verbs = ["cancel", "refund", "track", "change", "reset", "book", "upgrade", "delete"]
     objects = ["my order", "the invoice", "my password", "a meeting", "the report", "my subscription"]
@@ -45,7 +53,7 @@ def test_search_equals_a_plain_matrix_product_on_sentence_embeddings() -> None:
     texts = [f.format(v, o) for v in verbs for o in objects for f in frames]
     vectors = embedder.embed_many(texts)
     thresholds = np.full(len(texts), 0.85, dtype=np.float32)
-    index = VectorIndex(vectors, thresholds, head=8)
+    index = VectorIndex(vectors, thresholds, head=8, kernel=kernel)
     for query_text in ["could you cancel my order", "track the invoice please", "what is the weather", "reset"]:
         query = embedder.embed(query_text)
         assert set(index.search(query)[0].tolist()) == plain(vectors, thresholds, query)
@@ -56,7 +64,8 @@ def test_an_empty_index_finds_nothing() -> None:
     assert len(index) == 0 and index.search(np.ones(8, dtype=np.float32))[0].size == 0
 
 
-def test_a_query_with_almost_no_length_beyond_the_head_still_finds_a_row_at_its_threshold() -> None:
+@pytest.mark.parametrize("kernel", KERNEL)
+def test_a_query_with_almost_no_length_beyond_the_head_still_finds_a_row_at_its_threshold(kernel: bool) -> None:
     # Rows in the head's subspace, but for a few; queries whose length beyond the head is 1e-5 to 1e-1:
     # the bound's square root of a difference of near-equal numbers must not come out short.
     rng = np.random.default_rng(0)
@@ -74,5 +83,57 @@ def test_a_query_with_almost_no_length_beyond_the_head_still_finds_a_row_at_its_
         query = (query / np.linalg.norm(query)).astype(np.float32)
         thresholds = np.full(n, 2.0, dtype=np.float32)  # no other row can match
         thresholds[trial % 20] = float(vectors[trial % 20] @ query) - 1e-5
-        found, _ = VectorIndex(vectors, thresholds, head=head).search(query)
+        found, _ = VectorIndex(vectors, thresholds, head=head, kernel=kernel).search(query)
         assert found.tolist() == [trial % 20], trial
+
+
+@pytest.mark.parametrize("kernel", KERNEL)
+@pytest.mark.parametrize("dim", [32, 60])
+def test_every_row_a_hair_under_its_threshold_is_found(dim: int, kernel: bool) -> None:
+    # Each row's threshold is its own similarity to the query, less 1e-5: every row must come back. With the
+    # head as wide as the vectors the bound is the similarity itself, and the int8 bound rounds each column by
+    # up to half a step (about 0.004 here): a bound that did not pay for its rows' rounding would drop about
+    # half of them.
+    rng = np.random.default_rng(dim)
+    vectors = unit_rows(rng, 3000, dim, skew=4.0)
+    head = dim
+    for trial in range(20):
+        query = vectors[rng.integers(3000)] + unit_rows(rng, 1, dim, skew=4.0)[0] * (trial / 10)
+        query = (query / np.linalg.norm(query)).astype(np.float32)
+        thresholds = (vectors @ query - 1e-5).astype(np.float32)
+        found, _ = VectorIndex(vectors, thresholds, head=head, kernel=kernel).search(query)
+        assert found.size == 3000, (trial, 3000 - found.size)
+
+
+def test_the_kernel_is_built_where_the_cpu_runs_it() -> None:
+    # A missing build (no compiler at install) falls back to numpy silently: the answers stay right, but the
+    # router pays four times the memory traffic. On a CPU with AVX-512 VNNI the kernel must be there.
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
+    if not {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags):
+        pytest.skip("this CPU has no AVX-512 VNNI")
+    assert kernel_available(), "laya/router/_scan.c was not built: is a C compiler installed? (pip install -e .)"
+
+
+@pytest.mark.skipif(not kernel_available(), reason="no AVX-512 VNNI")
+def test_the_kernel_pays_for_rounding_the_query() -> None:
+    # The kernel rounds the query to 16 bits. Rows whose bytes all lean the way that rounding lost make the
+    # rounded dot fall short of the true one by about 8e-5 here; each row's floor is 1e-6 under its true
+    # bound, so a kernel that did not add the query's rounding error would drop them.
+    from laya.router.vectorindex import _Packed
+
+    rng = np.random.default_rng(1)
+    width = 36
+    for trial in range(50):
+        augmented = rng.uniform(-1, 1, width)
+        augmented = (augmented / np.linalg.norm(augmented) * 0.9999).astype(np.float32)  # a unit query's side
+        scales = np.float32(1 / 127)
+        # The kernel's own rounding (_scan.c): float32 steps of the largest entry / 32000.
+        scaled = augmented * scales
+        step = np.float32(np.abs(scaled).max()) / np.float32(32000)
+        lost = scaled.astype(np.float64) - step.astype(np.float64) * np.rint(scaled / step)
+        rows = np.vstack([np.sign(lost), -np.sign(lost), rng.choice([-1.0, 1.0], (14, width))]).astype(np.float32)
+        true = rows.astype(np.float64) @ augmented.astype(np.float64)
+        packed = _Packed(rows, (true - 1e-6).astype(np.float32))
+        assert np.allclose(packed.scales, scales)
+        assert 0 in packed.scan(augmented).tolist(), trial

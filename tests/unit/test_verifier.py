@@ -77,6 +77,9 @@ def verdict(a: str, b: str) -> str:
     ("She thanked him for the gift", "He thanked her for the gift", "roles"),
     ("What is the due date in this text? Invoice 7 was issued on May 5 and is due on June 5",
      "What is the issue date in this text? Invoice 7 was issued on May 5 and is due on June 5", "instruction"),
+    ("Look up order 007", "Look up order 7", "numbers"),  # an id's leading zeros are part of it
+    ("What does x[2:] return?", "What does x[:2] return?", "operators"),  # a slice, compared whole
+    ("Review my job application", "Review my job app", "content"),  # not the same thing
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
