@@ -87,11 +87,109 @@ supported(PyObject *self, PyObject *unused)
     return PyBool_FromLong(vnni_available());
 }
 
-/* scan(rows, query, floors, row_norm, out) -> count
+/* The query side rounded to 16 bits, as high and low bytes (value = 256 * hi + lo), and the
+ * bound's step and offset: bound = step * dot + offset, never below the true bound. */
+typedef struct {
+    int8_t hi[MAX_QUADS * QUAD], lo[MAX_QUADS * QUAD];
+    float step, offset;
+} Rounded;
+
+static void
+round_query(const float *q, Py_ssize_t columns, double row_norm, Rounded *r)
+{
+    float largest = 0.0f;
+    for (Py_ssize_t j = 0; j < columns; j++)
+        largest = fmaxf(largest, fabsf(q[j]));
+    r->step = largest > 0.0f ? largest / QUERY_STEPS : 1.0f;
+    double total = 0.0, lost = 0.0;
+    for (Py_ssize_t j = 0; j < columns; j++) {
+        int32_t v = (int32_t)lrintf(q[j] / r->step);
+        int32_t h = (v + 128) >> 8;
+        r->hi[j] = (int8_t)h;
+        r->lo[j] = (int8_t)(v - 256 * h);
+        total += v;
+        double miss = (double)q[j] - (double)r->step * v;
+        lost += miss * miss;
+    }
+    /* The stored bytes are value + 128: their dot with the query is 128 * sum(query) too many, taken
+     * off in float32 once per row. By Cauchy-Schwarz the query's rounding moves the dot by at most
+     * |lost| * |row|. Float32 rounds the int32 dot, the product and the offset each by at most 2^-24
+     * of their size (|step * dot| is at most |bias| + 2); 2^-22 of that covers all three. */
+    double bias = -128.0 * r->step * total;
+    double slack = sqrt(lost) * row_norm + ldexp(fabs(bias) + 2.0, -22);
+    r->offset = (float)(bias + slack);
+}
+
+/* The query's side of the bound, in float32 as numpy computes it: its coordinates on the head axes
+ * (`axes`: dim rows of `head` floats), its length beyond them, then zeros to `columns`; each times
+ * its column's scale. Returns the side's squared length. */
+VNNI static double
+query_side(const float *query, const float *axes, Py_ssize_t dim, Py_ssize_t head, const float *scales,
+           Py_ssize_t columns, float *side)
+{
+    for (Py_ssize_t j = 0; j < columns; j++)
+        side[j] = 0.0f;
+    double length = 0.0;
+    for (Py_ssize_t d = 0; d < dim; d++) {
+        const float x = query[d], *axis = axes + d * head;
+        for (Py_ssize_t j = 0; j < head; j++)
+            side[j] += x * axis[j];
+        length += (double)x * x;
+    }
+    double inside = 0.0;
+    for (Py_ssize_t j = 0; j < head; j++)
+        inside += (double)side[j] * side[j];
+    /* The slack under the root covers the cancellation of a short tail (as in vectorindex.py). */
+    side[head] = (float)sqrt(fmax(0.0, length - inside) + 1e-6);
+    double reach = inside + (double)side[head] * side[head];
+    for (Py_ssize_t j = 0; j <= head; j++)
+        side[j] *= scales[j];
+    return reach;
+}
+
+/* Each candidate's full similarity (16 lanes of float32, as a BLAS product sums); keep those that
+ * reach their threshold. Returns how many were kept, moved to the front of `found`. */
+VNNI static Py_ssize_t
+refine(const float *vectors, Py_ssize_t dim, const float *query, const float *thresholds, int32_t *found,
+       float *scores, Py_ssize_t count)
+{
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t c = 0; c < count; c++) {
+        const float *row = vectors + (size_t)found[c] * dim;
+        __m512 acc = _mm512_setzero_ps();
+        Py_ssize_t d = 0;
+        for (; d + 16 <= dim; d += 16)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(row + d), _mm512_loadu_ps(query + d), acc);
+        float score = _mm512_reduce_add_ps(acc);
+        for (; d < dim; d++)
+            score += row[d] * query[d];
+        if (score >= thresholds[found[c]]) {
+            found[kept] = found[c];
+            scores[kept++] = score;
+        }
+    }
+    return kept;
+}
+
+static int
+layout_ok(Py_ssize_t columns, Py_ssize_t n, Py_ssize_t rows_len)
+{
+    if (columns % QUAD || columns / QUAD > MAX_QUADS || n % BLOCK_ROWS || rows_len != n * columns) {
+        PyErr_SetString(PyExc_ValueError, "_scan: buffer sizes do not match the layout (see _scan.c)");
+        return 0;
+    }
+    if (!vnni_available()) {
+        PyErr_SetString(PyExc_RuntimeError, "_scan: this CPU has no AVX-512 VNNI (check supported() first)");
+        return 0;
+    }
+    return 1;
+}
+
+/* scan(rows, side, floors, row_norm, out) -> count: the int8 pass alone.
  *
  * rows:     the layout above (uint8), len(floors) / 16 blocks of 16 * columns bytes
- * query:    float32, one entry per column, already multiplied by each column's scale
- *           (so that query . rounded_row approximates the bound)
+ * side:     float32, the query's side of the bound, one entry per column, already multiplied by
+ *           each column's scale (so that side . rounded_row approximates the bound)
  * floors:   float32, one per row (padding rows: +inf), each threshold less the row's own rounding error
  * row_norm: the largest length of a rounded row (the query's rounding error is at most its own
  *           length times this)
@@ -100,62 +198,88 @@ supported(PyObject *self, PyObject *unused)
 static PyObject *
 scan(PyObject *self, PyObject *args)
 {
-    Py_buffer rows, query, floors, out;
+    Py_buffer rows, side, floors, out;
     double row_norm;
-    if (!PyArg_ParseTuple(args, "y*y*y*dw*", &rows, &query, &floors, &row_norm, &out))
+    if (!PyArg_ParseTuple(args, "y*y*y*dw*", &rows, &side, &floors, &row_norm, &out))
         return NULL;
     PyObject *result = NULL;
-    Py_ssize_t columns = query.len / (Py_ssize_t)sizeof(float);
-    Py_ssize_t n = floors.len / (Py_ssize_t)sizeof(float);
-    if (columns % QUAD || columns / QUAD > MAX_QUADS || n % BLOCK_ROWS
-            || rows.len != n * columns || out.len < n * (Py_ssize_t)sizeof(int32_t)) {
-        PyErr_SetString(PyExc_ValueError, "scan: buffer sizes do not match the layout (see _scan.c)");
-        goto done;
+    Py_ssize_t columns = side.len / (Py_ssize_t)sizeof(float), n = floors.len / (Py_ssize_t)sizeof(float);
+    if (layout_ok(columns, n, rows.len) && out.len >= n * (Py_ssize_t)sizeof(int32_t)) {
+        Rounded r;
+        round_query((const float *)side.buf, columns, row_norm, &r);
+        Py_ssize_t count = scan_blocks((const uint8_t *)rows.buf, n / BLOCK_ROWS, (int)(columns / QUAD), r.hi,
+                                       r.lo, (const float *)floors.buf, r.step, r.offset, (int32_t *)out.buf);
+        result = PyLong_FromSsize_t(count);
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "_scan: out is shorter than floors");
     }
-    if (!vnni_available()) {
-        PyErr_SetString(PyExc_RuntimeError, "scan: this CPU has no AVX-512 VNNI (check supported() first)");
-        goto done;
-    }
-    /* Round the query to 16 bits, t per step; remember what the rounding lost. */
-    const float *q = (const float *)query.buf;
-    float largest = 0.0f;
-    for (Py_ssize_t j = 0; j < columns; j++)
-        largest = fmaxf(largest, fabsf(q[j]));
-    float step = largest > 0.0f ? largest / QUERY_STEPS : 1.0f;
-    int8_t hi[MAX_QUADS * QUAD], lo[MAX_QUADS * QUAD];
-    double total = 0.0, lost = 0.0;
-    for (Py_ssize_t j = 0; j < columns; j++) {
-        int32_t v = (int32_t)lrintf(q[j] / step);
-        int32_t h = (v + 128) >> 8;
-        hi[j] = (int8_t)h;
-        lo[j] = (int8_t)(v - 256 * h);
-        total += v;
-        lost += ((double)q[j] - (double)step * v) * ((double)q[j] - (double)step * v);
-    }
-    /* The stored bytes are value + 128: their dot with the query is 128 * sum(query) too many, taken
-     * off in float32 once per row. By Cauchy-Schwarz the query's rounding moves the dot by at most
-     * |lost| * |row|. Float32 rounds the int32 dot, the product and the offset each by at most 2^-24
-     * of their size (|step * dot| is at most |bias| + 2); 2^-22 of that covers all three. */
-    double bias = -128.0 * step * total;
-    double slack = sqrt(lost) * row_norm + ldexp(fabs(bias) + 2.0, -22);
-    float offset = (float)(bias + slack);
-    Py_ssize_t count;
-    Py_BEGIN_ALLOW_THREADS
-    count = scan_blocks((const uint8_t *)rows.buf, n / BLOCK_ROWS, (int)(columns / QUAD), hi, lo,
-                        (const float *)floors.buf, step, offset, (int32_t *)out.buf);
-    Py_END_ALLOW_THREADS
-    result = PyLong_FromSsize_t(count);
-done:
     PyBuffer_Release(&rows);
-    PyBuffer_Release(&query);
+    PyBuffer_Release(&side);
     PyBuffer_Release(&floors);
     PyBuffer_Release(&out);
+    return result;
+}
+
+/* search(query, axes, scales, rows, floors, row_norm, longest, vectors, thresholds, found, scores) -> count
+ *
+ * The whole of VectorIndex.search in one call: the query's side of the bound (its head on `axes`,
+ * float32, dim x head; its length beyond), the int8 pass, then the candidates scored in full
+ * against `vectors` (float32, rows x dim) and kept where they reach `thresholds`. Their indices go
+ * to `found` (int32) and their similarities to `scores` (float32), both at least len(floors) long.
+ * Returns -1, with nothing written, when the side's squared length is over `longest` (the floors
+ * paid for rounding up to that length): the caller takes the float32 path.
+ */
+static PyObject *
+search(PyObject *self, PyObject *args)
+{
+    Py_buffer query, axes, scales, rows, floors, vectors, thresholds, found, scores;
+    double row_norm, longest;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*ddy*y*w*w*", &query, &axes, &scales, &rows, &floors, &row_norm,
+                          &longest, &vectors, &thresholds, &found, &scores))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t dim = query.len / (Py_ssize_t)sizeof(float), columns = scales.len / (Py_ssize_t)sizeof(float);
+    Py_ssize_t n = floors.len / (Py_ssize_t)sizeof(float), size = thresholds.len / (Py_ssize_t)sizeof(float);
+    Py_ssize_t head = dim ? axes.len / (Py_ssize_t)sizeof(float) / dim : 0;
+    if (!layout_ok(columns, n, rows.len))
+        goto done;
+    if (head + 1 > columns || axes.len != dim * head * (Py_ssize_t)sizeof(float) || size > n
+            || vectors.len != size * dim * (Py_ssize_t)sizeof(float)
+            || found.len < n * (Py_ssize_t)sizeof(int32_t) || scores.len < n * (Py_ssize_t)sizeof(float)) {
+        PyErr_SetString(PyExc_ValueError, "_scan.search: buffer sizes do not agree (see _scan.c)");
+        goto done;
+    }
+    float side[MAX_QUADS * QUAD];
+    if (query_side((const float *)query.buf, (const float *)axes.buf, dim, head, (const float *)scales.buf,
+                   columns, side) > longest) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    Rounded r;
+    round_query(side, columns, row_norm, &r);
+    int32_t *out = (int32_t *)found.buf;
+    Py_ssize_t count = scan_blocks((const uint8_t *)rows.buf, n / BLOCK_ROWS, (int)(columns / QUAD), r.hi, r.lo,
+                                   (const float *)floors.buf, r.step, r.offset, out);
+    count = refine((const float *)vectors.buf, dim, (const float *)query.buf, (const float *)thresholds.buf, out,
+                   (float *)scores.buf, count);
+    result = PyLong_FromSsize_t(count);
+done:
+    PyBuffer_Release(&query);
+    PyBuffer_Release(&axes);
+    PyBuffer_Release(&scales);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&floors);
+    PyBuffer_Release(&vectors);
+    PyBuffer_Release(&thresholds);
+    PyBuffer_Release(&found);
+    PyBuffer_Release(&scores);
     return result;
 }
 
 static PyMethodDef methods[] = {
     {"supported", supported, METH_NOARGS, "Whether this CPU runs scan() (AVX-512 with VNNI)."},
     {"scan", scan, METH_VARARGS, "The rows whose int8 bound reaches their floor (see _scan.c)."},
+    {"search", search, METH_VARARGS, "VectorIndex.search in one call: bound, int8 pass, full scores (see _scan.c)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -92,12 +92,15 @@ class IntentIndex:
         # A few dozen rows at most: plain Python beats numpy's per-call cost here. Best first: the rule's rank,
         # then the nearest example.
         rows = found.tolist()
-        ranked = sorted(zip(map(self._row_rank.__getitem__, rows), (-scores).tolist(), rows))
+        keyed = list(zip(map(self._row_rank.__getitem__, rows), (-scores).tolist(), rows))
         said = polarity(text)
-        for _, distance, row in ranked:  # the best that does not say the opposite: nearly always the first
-            if not clash(said, self._polarity[row]):
-                return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(-distance, 4))
-        return None
+        best: tuple[int, float, int] | None = min(keyed)
+        if best is not None and clash(said, self._polarity[best[2]]):  # it says the opposite (rare): the others
+            best = next((key for key in sorted(keyed) if not clash(said, self._polarity[key[2]])), None)
+        if best is None:
+            return None
+        _, distance, row = best
+        return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(-distance, 4))
 
 
 class IntentStage:

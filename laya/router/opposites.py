@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from laya.router.verifier import (
     ANTONYMS_OF,
@@ -36,9 +36,9 @@ from laya.router.verifier import (
 __all__ = ["Polarity", "clash", "polarity"]
 
 
-@dataclass(frozen=True, slots=True)
-class Polarity:
-    """What :func:`clash` compares of a short text: its words and how many negations it holds."""
+class Polarity(NamedTuple):
+    """What :func:`clash` compares of a short text: its words and how many negations it holds. (A named tuple:
+    one is made per request that matches an intent, and a tuple is the cheapest immutable record to make.)"""
 
     words: frozenset[str]
     """Its words and their stems."""
@@ -139,8 +139,8 @@ def clash(request: Polarity, example: Polarity) -> str:
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     opposites = example.opposites
-    for word in request.words:  # a dozen words; the example's opposites are many more
-        if word in opposites and word not in example.words and opposites[word] - request.words:
+    for word in sorted(request.words & opposites.keys()):  # nearly always none
+        if word not in example.words and opposites[word] - request.words:
             return f"polarity: {word!r} vs {min(opposites[word] - request.words)!r}"
     swapped = _traded(request.tokens, example.tokens)
     if swapped:

@@ -89,7 +89,7 @@ class VectorIndex:
         # The same slack for the rounding of the head scores, taken off the thresholds once.
         self._floor = self.thresholds - np.float32(1e-6)
         if kernel or (kernel is None and kernel_available()):
-            self._packed = _Packed(self._bound.T, self._floor)
+            self._packed = _Packed(self._bound.T, self._floor, self._axes, vectors, self.thresholds)
 
     def __len__(self) -> int:
         return int(self.size)
@@ -98,6 +98,10 @@ class VectorIndex:
         """Indices of the rows whose similarity to ``query`` reaches their threshold, and those similarities."""
         if self.size == 0:
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
+        if self._packed is not None:
+            answer = self._packed.search(query)
+            if answer is not None:
+                return answer
         head = query @ self._axes
         # The query's side of the bound: its head, then its length beyond the head axes (a rotation
         # keeps lengths). The slack under the root covers the cancellation of a short tail.
@@ -105,9 +109,7 @@ class VectorIndex:
         augmented[:self.head] = head
         augmented[self.head] = (max(0.0, float(query @ query) - float(head @ head)) + 1e-6) ** 0.5
         # By Cauchy-Schwarz, tail(x)·tail(q) ≤ |tail(x)| |tail(q)|: no row that meets its threshold fails this.
-        candidates = self._packed.scan(augmented) if self._packed is not None else None
-        if candidates is None:
-            candidates = np.flatnonzero(augmented @ self._bound >= self._floor)
+        candidates = np.flatnonzero(augmented @ self._bound >= self._floor)
         if candidates.size == 0:
             return candidates, np.zeros(0, dtype=np.float32)
         # Only the candidates are read whole.
@@ -131,7 +133,10 @@ class _Packed:
     """The rows' rounding errors are paid for query sides up to this squared length (unit vectors, with room
     for float error); a longer one takes the float32 path."""
 
-    def __init__(self, columns: Floats, floors: Floats) -> None:
+    def __init__(self, columns: Floats, floors: Floats, axes: Floats | None = None, vectors: Floats | None = None,
+                 thresholds: Floats | None = None) -> None:
+        """``columns``: the bound's, one row per vector; ``floors``: their thresholds less float slack. With
+        ``axes``, ``vectors`` and ``thresholds`` (the index's), :meth:`search` answers whole queries."""
         size, width = columns.shape
         wide = -(-width // _QUAD) * _QUAD
         padded = np.zeros((-(-size // _BLOCK_ROWS) * _BLOCK_ROWS, wide), dtype=np.float64)
@@ -150,6 +155,18 @@ class _Packed:
         stored = (rounded + 128).astype(np.uint8)
         self.rows = np.ascontiguousarray(stored.reshape(-1, _BLOCK_ROWS, wide // _QUAD, _QUAD).transpose(0, 2, 1, 3))
         self.width = width
+        self.axes, self.vectors, self.thresholds = axes, vectors, thresholds
+
+    def search(self, query: Floats) -> tuple[npt.NDArray[np.intp], Floats] | None:
+        """:meth:`VectorIndex.search` in one call to the kernel; ``None`` for a query longer than the floors
+        paid for."""
+        assert _scan is not None and self.vectors is not None
+        query = np.ascontiguousarray(query, dtype=np.float32)
+        found = np.empty(len(self.floors), dtype=np.int32)
+        scores = np.empty(len(self.floors), dtype=np.float32)
+        count = _scan.search(query, self.axes, self.scales, self.rows, self.floors, self.row_norm, self.LONGEST_QUERY,
+                             self.vectors, self.thresholds, found, scores)
+        return None if count < 0 else (found[:count].astype(np.intp), scores[:count])
 
     def scan(self, augmented: Floats) -> npt.NDArray[np.intp] | None:
         """The rows whose bound for the query side ``augmented`` (head, tail length) may reach their floor;
