@@ -78,6 +78,10 @@ class Embedder:
         self._specials = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
         self._words: dict[str, list[int]] = {}
         self._word_cache = word_cache
+        self._digits = _digit_ids(tokenizer) if self.by_word else None
+        """``[▁, 0, 1, … 9]``'s ids where the tokenizer spells a number digit by digit (checked here): a number
+        is then read without the tokenizer and kept out of the word cache, which unique ids and amounts
+        would otherwise churn."""
 
     def token_ids(self, text: str) -> list[int]:
         """The tokenizer's ids for ``text``, from the word cache where that gives the same ids."""
@@ -86,8 +90,13 @@ class Embedder:
             return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
         words = self._words
         ids: list[int] = []
+        digits = self._digits
         for word in text.split(" "):
             known = words.get(word)
+            if known is None and digits is not None and word.isascii() and word.isdigit():
+                ids.append(digits[0])
+                ids += [digits[1 + ord(c) - 48] for c in word]
+                continue
             if known is None:
                 known = self._tokenizer.encode(word, add_special_tokens=False).ids if word else []
                 if len(word) <= 64:  # a bound on the size of an entry; the cache bounds their number
@@ -110,6 +119,18 @@ class Embedder:
         for i, text in enumerate(texts):
             out[i] = self.embed(text)
         return out
+
+
+def _digit_ids(tokenizer: Any) -> list[int] | None:
+    """The ids of "▁" and of "0" … "9" when the tokenizer spells every number as "▁" and then its digits one
+    by one (Llama's SentencePiece does); ``None`` when any sample says otherwise."""
+    spelled = tokenizer.encode("0123456789", add_special_tokens=False).ids
+    if len(spelled) != 11:
+        return None
+    for sample in ("7", "42", "007", "90210", "31415926535897932384"):
+        if tokenizer.encode(sample, add_special_tokens=False).ids != [spelled[0]] + [spelled[1 + int(c)] for c in sample]:
+            return None
+    return list(spelled)
 
 
 def _splits_at_spaces(tokenizer: Any) -> bool:

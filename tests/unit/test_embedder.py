@@ -51,6 +51,19 @@ def test_the_vector_is_the_normalised_sum_of_the_token_rows(embedder: Embedder) 
     assert not embedder.embed("").any()
 
 
+def test_numbers_are_read_digit_by_digit_as_the_tokenizer_does_and_stay_out_of_the_cache() -> None:
+    # Unique ids and amounts would churn the word cache (and each cost a tokenizer call): WordLlama's tokenizer
+    # spells a number as "▁" and its digits, and the embedder does so itself.
+    embedder = load_embedder()
+    rng = np.random.default_rng(0)
+    numbers = ["0", "00", "007", *(str(rng.integers(10 ** rng.integers(1, 19))) for _ in range(300))]
+    texts = [f"order {n} is late" for n in numbers] + [f"{n} {n[::-1]}" for n in numbers] + ["3.14 2024-05-06 x9 9x ²"]
+    for text in texts:
+        assert embedder.token_ids(text) == embedder._tokenizer.encode(text, add_special_tokens=False).ids, text
+    assert embedder._digits is not None
+    assert not [word for word in embedder._words if word.isascii() and word.isdigit()]
+
+
 def test_a_full_word_cache_starts_again(embedder: Embedder) -> None:
     small = Embedder(embedder.table, embedder._tokenizer, word_cache=3)
     text = "one two three four five six"
