@@ -92,7 +92,7 @@ class IntentIndex:
         # A few dozen rows at most: plain Python beats numpy's per-call cost here. Best first: the rule's rank,
         # then the nearest example.
         rows = found.tolist()
-        keyed = list(zip(map(self._row_rank.__getitem__, rows), (-scores).tolist(), rows))
+        keyed = list(zip(map(self._row_rank.__getitem__, rows), map(float.__neg__, scores.tolist()), rows))
         said = polarity(text)
         best: tuple[int, float, int] | None = min(keyed)
         if best is not None and clash(said, self._polarity[best[2]]):  # it says the opposite (rare): the others
