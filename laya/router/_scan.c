@@ -26,7 +26,7 @@
 
 #define BLOCK_ROWS 16
 #define QUAD 4
-#define MAX_QUADS 64
+#define MAX_QUADS 64 /* 256 columns; more could overflow the int32 sums (256 * 255 * 32000 is just under 2^31) */
 #define QUERY_STEPS 32000.0f /* the query is rounded to 16 bits: its rounding costs almost nothing */
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
@@ -150,11 +150,13 @@ query_side(const float *query, const float *axes, Py_ssize_t dim, Py_ssize_t hea
 /* Each candidate's full similarity (16 lanes of float32, as a BLAS product sums); keep those that
  * reach their threshold. Returns how many were kept, moved to the front of `found`. */
 VNNI static Py_ssize_t
-refine(const float *vectors, Py_ssize_t dim, const float *query, const float *thresholds, int32_t *found,
-       float *scores, Py_ssize_t count)
+refine(const float *vectors, Py_ssize_t size, Py_ssize_t dim, const float *query, const float *thresholds,
+       int32_t *found, float *scores, Py_ssize_t count)
 {
     Py_ssize_t kept = 0;
     for (Py_ssize_t c = 0; c < count; c++) {
+        if (found[c] >= size)
+            continue; /* a padding row (its floor is +inf, so only a caller's bad floors get here) */
         const float *row = vectors + (size_t)found[c] * dim;
         __m512 acc = _mm512_setzero_ps();
         Py_ssize_t d = 0;
@@ -260,7 +262,7 @@ search(PyObject *self, PyObject *args)
     int32_t *out = (int32_t *)found.buf;
     Py_ssize_t count = scan_blocks((const uint8_t *)rows.buf, n / BLOCK_ROWS, (int)(columns / QUAD), r.hi, r.lo,
                                    (const float *)floors.buf, r.step, r.offset, out);
-    count = refine((const float *)vectors.buf, dim, (const float *)query.buf, (const float *)thresholds.buf, out,
+    count = refine((const float *)vectors.buf, size, dim, (const float *)query.buf, (const float *)thresholds.buf, out,
                    (float *)scores.buf, count);
     result = PyLong_FromSsize_t(count);
 done:

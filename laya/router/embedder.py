@@ -127,7 +127,7 @@ def _digit_ids(tokenizer: Any) -> list[int] | None:
     spelled = tokenizer.encode("0123456789", add_special_tokens=False).ids
     if len(spelled) != 11:
         return None
-    for sample in ("7", "42", "007", "90210", "31415926535897932384"):
+    for sample in (*"0123456789", "42", "007", "90210", "31415926535897932384"):
         if tokenizer.encode(sample, add_special_tokens=False).ids != [spelled[0]] + [spelled[1 + int(c)] for c in sample]:
             return None
     return list(spelled)

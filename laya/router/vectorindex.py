@@ -47,8 +47,8 @@ __all__ = ["VectorIndex", "kernel_available"]
 
 Floats = npt.NDArray[np.float32]
 
-_BLOCK_ROWS, _QUAD = 16, 4
-"""The kernel's layout: 16 rows per block, columns in fours (see ``_scan.c``)."""
+_BLOCK_ROWS, _QUAD, _MOST_COLUMNS = 16, 4, 256
+"""The kernel's layout: 16 rows per block, columns in fours, at most 256 columns (see ``_scan.c``)."""
 
 
 def kernel_available() -> bool:
@@ -88,7 +88,10 @@ class VectorIndex:
         self._bound = np.ascontiguousarray(np.vstack([rotated[:, :self.head].T, tail]), dtype=np.float32)
         # The same slack for the rounding of the head scores, taken off the thresholds once.
         self._floor = self.thresholds - np.float32(1e-6)
-        if kernel or (kernel is None and kernel_available()):
+        if self.head + 1 > _MOST_COLUMNS:
+            if kernel:
+                raise ValueError(f"the C kernel takes a head of at most {_MOST_COLUMNS - 1} axes, not {self.head}")
+        elif kernel or (kernel is None and kernel_available()):
             self._packed = _Packed(self._bound.T, self._floor, self._axes, vectors, self.thresholds)
 
     def __len__(self) -> int:
@@ -142,8 +145,9 @@ class _Packed:
         padded = np.zeros((-(-size // _BLOCK_ROWS) * _BLOCK_ROWS, wide), dtype=np.float64)
         padded[:size, :width] = columns
         # Each column's own step, so that its largest value takes all of -127..127.
-        largest = np.abs(padded).max(axis=0)
-        self.scales = np.where(largest > 0, largest / 127, 1.0).astype(np.float32)
+        # (In float32 before the test: a column whose largest value is below about 1e-43 has no float32 step.)
+        steps = (np.abs(padded).max(axis=0) / 127).astype(np.float32)
+        self.scales = np.where(steps > 0, steps, np.float32(1.0)).astype(np.float32)
         rounded = np.rint(padded / self.scales)
         # A row's bound moves by at most |query| × |what rounding its bytes lost| (Cauchy–Schwarz): its floor
         # goes down by that, for queries up to LONGEST_QUERY long.

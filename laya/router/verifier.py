@@ -381,7 +381,8 @@ def canonical_number(token: str) -> str:
     """A number as compared: "1,000" is a thousand and "1,5" (a decimal comma) one and a half. Trailing zeros
     stay ("Python 3.10" is not "Python 3.1", "192.168.1.10" is not "192.168.1.1", "range(0,10)" is not
     "range(0,1)"), and so do the commas of a list ("[3,10,2]" is not "[31,0,2]"), and leading zeros of a whole
-    number ("order 007" is not "order 7"; "05/06" and "5/6" then differ too, a paraphrase lost to safety)."""
+    number ("order 007" is not "order 7"; "05/06" and "5/6", "09:30" and "9:30" then differ too: paraphrases lost
+    to safety)."""
     if _THOUSANDS.fullmatch(token):
         value = token.replace(",", "")
     elif token.count(",") == 1 and "." not in token:

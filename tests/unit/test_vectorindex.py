@@ -108,6 +108,8 @@ def test_every_row_a_hair_under_its_threshold_is_found(dim: int, kernel: bool) -
 def test_the_kernel_is_built_where_the_cpu_runs_it() -> None:
     # A missing build (no compiler at install) falls back to numpy silently: the answers stay right, but the
     # router pays four times the memory traffic. On a CPU with AVX-512 VNNI the kernel must be there.
+    if not Path("/proc/cpuinfo").exists():
+        pytest.skip("no /proc/cpuinfo to read the CPU's flags from")
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
     if not {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags):
@@ -137,3 +139,38 @@ def test_the_kernel_pays_for_rounding_the_query() -> None:
         packed = _Packed(rows, (true - 1e-6).astype(np.float32))
         assert np.allclose(packed.scales, scales)
         assert 0 in packed.scan(augmented).tolist(), trial
+
+
+def test_a_head_too_wide_for_the_kernel_takes_the_float_path() -> None:
+    rng = np.random.default_rng(3)
+    vectors = unit_rows(rng, 1000, 300, skew=1.0)
+    thresholds = np.full(1000, 0.5, dtype=np.float32)
+    index = VectorIndex(vectors, thresholds, head=256)  # 257 columns: more than the kernel takes
+    assert index.search(vectors[0])[0].tolist() == index.brute_force(vectors[0])[0].tolist() == [0]
+    if kernel_available():
+        with pytest.raises(ValueError, match="at most 255"):
+            VectorIndex(vectors, thresholds, head=256, kernel=True)
+
+
+@pytest.mark.parametrize("kernel", KERNEL)
+def test_a_column_of_almost_nothing_keeps_its_rows(kernel: bool) -> None:
+    # A coordinate of 1e-44 over 127 has no float32 step: its column's scale must not come out 0 (0/0 would
+    # turn every floor into NaN and the kernel would find nothing).
+    rng = np.random.default_rng(4)
+    vectors = unit_rows(rng, 5, 16, skew=1.0)
+    vectors[:, 2] = 0
+    vectors[0, 2] = np.float32(1e-44)
+    index = VectorIndex(vectors, np.full(5, 0.5, dtype=np.float32), head=4, kernel=kernel)
+    assert 0 in index.search(vectors[0])[0].tolist()
+
+
+@pytest.mark.skipif(not kernel_available(), reason="no AVX-512 VNNI")
+def test_the_kernel_never_scores_a_padding_row() -> None:
+    # Rows past the last vector pad the last block of 16; their floors are +inf. Even with floors that let
+    # them through, the kernel must not read past the vectors it was given.
+    rng = np.random.default_rng(5)
+    vectors = unit_rows(rng, 1, 16, skew=1.0)
+    index = VectorIndex(vectors, np.full(1, -2.0, dtype=np.float32), head=4, kernel=True)
+    assert index._packed is not None
+    index._packed.floors[1:] = -np.inf
+    assert index.search(vectors[0])[0].tolist() == [0]
