@@ -1,6 +1,7 @@
 """Semantic intents: 1,000 rules of 10 examples each beside 1,000 pattern rules, decision time per request.
 
     python bench/semantic_routing.py          # writes bench/results/semantic_routing.md (three whole runs)
+    python bench/semantic_routing.py --kernel avx2   # as on a CPU without AVX-512 VNNI: semantic_routing_avx2.md
     laya bench routing --semantic --json      # the same measurement
 
 In the same run: the exact path (requests a pattern or the exact cache answers)
@@ -28,8 +29,21 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="whole runs, one after the other (default 3)")
+    parser.add_argument("--kernel", choices=["avx2", "none"],
+                        help="the vector index's kernel, below the best this CPU has: avx2, or none (numpy); "
+                             "written to semantic_routing_<kernel>.md")
     args = parser.parse_args()
+    name = "semantic_routing.md"
+    if args.kernel:
+        from laya.router.vectorindex import _scan
+
+        if _scan is None:
+            parser.error("the C kernel is not built (pip install -e . with a C compiler)")
+        _scan.select(args.kernel)
+        name = f"semantic_routing_{args.kernel}.md"
     lines = ["# Semantic intents: routing decision in process", ""]
+    if args.kernel:
+        lines += [f"The vector index's kernel: {args.kernel} (`--kernel`), not the best this CPU has.", ""]
     verdicts = []
     for number in range(1, args.rounds + 1):
         load_before, speed_before = os.getloadavg()[0], host_speed_ms()
@@ -46,7 +60,7 @@ def main() -> None:
                         f"exact path p50 {exact['p50']:.2f} µs (baseline {base['p50']:.2f} µs); index search p50 "
                         f"{result.index_search['p50']:.2f} µs vs matrix product "
                         f"{result.brute_force_search['p50']:.2f} µs; target {verdict}; {load}")
-    write_results("semantic_routing.md", lines, run=" / ".join(verdicts))
+    write_results(name, lines, run=" / ".join(verdicts))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@
  * coordinates and its length beyond them. Over 10,000 rows in float32 that
  * product reads 1.3 MB and, on the router's hot path, pushes everything else
  * out of the core's cache. Here the rows are stored as one byte per column
- * (a quarter of the bytes) and scanned with AVX-512 VNNI, 16 rows at a time.
+ * (a quarter of the bytes) and scanned 16 rows at a time: with AVX-512 VNNI where
+ * the CPU has it, else with AVX2 (most x86 CPUs of the last ten years). Both give
+ * the same integer sums; `select()` picks one (the tests run both).
  *
  * Rounding never drops a row that meets its threshold. The Python side folds
  * each row's own rounding error into its floor; this file adds the query's
@@ -30,11 +32,21 @@
 #define QUERY_STEPS 32000.0f /* the query is rounded to 16 bits: its rounding costs almost nothing */
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+#define AVX2 __attribute__((target("avx2,fma")))
+/* Plain C that the compiler vectorises, once per instruction set, picked at load (GCC's ifuncs). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define PORTABLE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PORTABLE
+#endif
+
+enum { NONE, WITH_AVX2, WITH_VNNI };
+static int level = NONE; /* the kernel in use: the best this CPU has, or what select() chose */
 
 /* The rows of `rows` whose bound reaches their floor, written to `out`; returns how many.
  * `hi` and `lo`: the rounded query's high and low bytes (query = 256 * hi + lo), 4 per quad. */
 VNNI static Py_ssize_t
-scan_blocks(const uint8_t *rows, Py_ssize_t blocks, int quads, const int8_t *hi, const int8_t *lo,
+scan_vnni(const uint8_t *rows, Py_ssize_t blocks, int quads, const int8_t *hi, const int8_t *lo,
             const float *floors, float scale, float offset, int32_t *out)
 {
     __m512i qh[MAX_QUADS], ql[MAX_QUADS];
@@ -69,27 +81,103 @@ scan_blocks(const uint8_t *rows, Py_ssize_t blocks, int quads, const int8_t *hi,
     return count;
 }
 
+/* The same sums with AVX2: each row's bytes widened to 16 bits and multiplied by the 16-bit query
+ * (`value`), two columns per 32-bit lane, the lanes' pairs added at the end of the block. */
+AVX2 static Py_ssize_t
+scan_avx2(const uint8_t *rows, Py_ssize_t blocks, int quads, const int16_t *value, const float *floors,
+          float scale, float offset, int32_t *out)
+{
+    __m256i qv[MAX_QUADS];
+    for (int p = 0; p < quads; p++) {
+        int64_t four;
+        memcpy(&four, value + QUAD * p, sizeof four);
+        qv[p] = _mm256_set1_epi64x(four);
+    }
+    const __m256 vscale = _mm256_set1_ps(scale), voffset = _mm256_set1_ps(offset);
+    /* hadd_epi32 of two accumulators gives rows 0 1 4 5 2 3 6 7 (per 128-bit half): put them in order */
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    const size_t stride = (size_t)quads * BLOCK_ROWS * QUAD;
+    Py_ssize_t count = 0;
+    for (Py_ssize_t b = 0; b < blocks; b++) {
+        const uint8_t *x = rows + (size_t)b * stride;
+        __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                          _mm256_setzero_si256()}; /* rows 4k..4k+3, two lanes each */
+        for (int p = 0; p < quads; p++) {
+            const uint8_t *quad = x + (size_t)p * BLOCK_ROWS * QUAD;
+            for (int k = 0; k < 4; k++) {
+                __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(quad + 16 * k)));
+                acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(w, qv[p]));
+            }
+        }
+        for (int half = 0; half < 2; half++) {
+            __m256i dot = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(acc[2 * half], acc[2 * half + 1]), order);
+            __m256 bound = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), vscale, voffset);
+            const float *floor = floors + b * BLOCK_ROWS + 8 * half;
+            int hit = _mm256_movemask_ps(_mm256_cmp_ps(bound, _mm256_loadu_ps(floor), _CMP_GE_OQ));
+            while (hit) {
+                out[count++] = (int32_t)(b * BLOCK_ROWS + 8 * half + __builtin_ctz(hit));
+                hit &= hit - 1;
+            }
+        }
+    }
+    return count;
+}
+
 static int
-vnni_available(void)
+best_level(void)
 {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
-        && __builtin_cpu_supports("avx512vnni");
-#else
-    return 0;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+            && __builtin_cpu_supports("avx512vnni"))
+        return WITH_VNNI;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return WITH_AVX2;
 #endif
+    return NONE;
 }
+
+static const char *const LEVEL_NAMES[] = {"none", "avx2", "avx512-vnni"};
 
 static PyObject *
 supported(PyObject *self, PyObject *unused)
 {
-    return PyBool_FromLong(vnni_available());
+    return PyBool_FromLong(level != NONE);
+}
+
+static PyObject *
+kernel(PyObject *self, PyObject *unused)
+{
+    return PyUnicode_FromString(LEVEL_NAMES[level]);
+}
+
+/* select(name) -> the name before: use a kernel this CPU has ("avx2" on a VNNI CPU, to test it). */
+static PyObject *
+select_kernel(PyObject *self, PyObject *args)
+{
+    const char *name;
+    if (!PyArg_ParseTuple(args, "s", &name))
+        return NULL;
+    int before = level, best = best_level();
+    for (int wanted = NONE; wanted <= WITH_VNNI; wanted++) {
+        if (strcmp(name, LEVEL_NAMES[wanted]) == 0) {
+            if (wanted > best) {
+                PyErr_Format(PyExc_ValueError, "select: this CPU cannot run the %s kernel (its best: %s)", name,
+                             LEVEL_NAMES[best]);
+                return NULL;
+            }
+            level = wanted;
+            return PyUnicode_FromString(LEVEL_NAMES[before]);
+        }
+    }
+    PyErr_Format(PyExc_ValueError, "select: no kernel %R; use \"avx2\", \"avx512-vnni\" or \"none\"", args);
+    return NULL;
 }
 
 /* The query side rounded to 16 bits, as high and low bytes (value = 256 * hi + lo), and the
  * bound's step and offset: bound = step * dot + offset, never below the true bound. */
 typedef struct {
+    int16_t value[MAX_QUADS * QUAD];
     int8_t hi[MAX_QUADS * QUAD], lo[MAX_QUADS * QUAD];
     float step, offset;
 } Rounded;
@@ -105,6 +193,7 @@ round_query(const float *q, Py_ssize_t columns, double row_norm, Rounded *r)
     for (Py_ssize_t j = 0; j < columns; j++) {
         int32_t v = (int32_t)lrintf(q[j] / r->step);
         int32_t h = (v + 128) >> 8;
+        r->value[j] = (int16_t)v;
         r->hi[j] = (int8_t)h;
         r->lo[j] = (int8_t)(v - 256 * h);
         total += v;
@@ -123,7 +212,7 @@ round_query(const float *q, Py_ssize_t columns, double row_norm, Rounded *r)
 /* The query's side of the bound, in float32 as numpy computes it: its coordinates on the head axes
  * (`axes`: dim rows of `head` floats), its length beyond them, then zeros to `columns`; each times
  * its column's scale. Returns the side's squared length. */
-VNNI static double
+PORTABLE static double
 query_side(const float *query, const float *axes, Py_ssize_t dim, Py_ssize_t head, const float *scales,
            Py_ssize_t columns, float *side)
 {
@@ -147,9 +236,10 @@ query_side(const float *query, const float *axes, Py_ssize_t dim, Py_ssize_t hea
     return reach;
 }
 
-/* Each candidate's full similarity (16 lanes of float32, as a BLAS product sums); keep those that
- * reach their threshold. Returns how many were kept, moved to the front of `found`. */
-VNNI static Py_ssize_t
+/* Each candidate's full similarity, summed in 16 lanes of float32 (as a BLAS product sums, and the
+ * same on every CPU); keep those that reach their threshold. Returns how many were kept, moved to the
+ * front of `found`. */
+PORTABLE static Py_ssize_t
 refine(const float *vectors, Py_ssize_t size, Py_ssize_t dim, const float *query, const float *thresholds,
        int32_t *found, float *scores, Py_ssize_t count)
 {
@@ -158,11 +248,14 @@ refine(const float *vectors, Py_ssize_t size, Py_ssize_t dim, const float *query
         if (found[c] >= size)
             continue; /* a padding row (its floor is +inf, so only a caller's bad floors get here) */
         const float *row = vectors + (size_t)found[c] * dim;
-        __m512 acc = _mm512_setzero_ps();
+        float lanes[16] = {0};
         Py_ssize_t d = 0;
         for (; d + 16 <= dim; d += 16)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(row + d), _mm512_loadu_ps(query + d), acc);
-        float score = _mm512_reduce_add_ps(acc);
+            for (int k = 0; k < 16; k++)
+                lanes[k] += row[d + k] * query[d + k];
+        float score = 0.0f;
+        for (int k = 0; k < 16; k++)
+            score += lanes[k];
         for (; d < dim; d++)
             score += row[d] * query[d];
         if (score >= thresholds[found[c]]) {
@@ -173,6 +266,16 @@ refine(const float *vectors, Py_ssize_t size, Py_ssize_t dim, const float *query
     return kept;
 }
 
+/* The int8 pass with the kernel in use. */
+static Py_ssize_t
+scan_rows(const uint8_t *rows, Py_ssize_t n, Py_ssize_t columns, const Rounded *r, const float *floors, int32_t *out)
+{
+    int quads = (int)(columns / QUAD);
+    if (level == WITH_VNNI)
+        return scan_vnni(rows, n / BLOCK_ROWS, quads, r->hi, r->lo, floors, r->step, r->offset, out);
+    return scan_avx2(rows, n / BLOCK_ROWS, quads, r->value, floors, r->step, r->offset, out);
+}
+
 static int
 layout_ok(Py_ssize_t columns, Py_ssize_t n, Py_ssize_t rows_len)
 {
@@ -180,8 +283,8 @@ layout_ok(Py_ssize_t columns, Py_ssize_t n, Py_ssize_t rows_len)
         PyErr_SetString(PyExc_ValueError, "_scan: buffer sizes do not match the layout (see _scan.c)");
         return 0;
     }
-    if (!vnni_available()) {
-        PyErr_SetString(PyExc_RuntimeError, "_scan: this CPU has no AVX-512 VNNI (check supported() first)");
+    if (level == NONE) {
+        PyErr_SetString(PyExc_RuntimeError, "_scan: this CPU has neither AVX2 nor AVX-512 VNNI (check supported())");
         return 0;
     }
     return 1;
@@ -209,8 +312,8 @@ scan(PyObject *self, PyObject *args)
     if (layout_ok(columns, n, rows.len) && out.len >= n * (Py_ssize_t)sizeof(int32_t)) {
         Rounded r;
         round_query((const float *)side.buf, columns, row_norm, &r);
-        Py_ssize_t count = scan_blocks((const uint8_t *)rows.buf, n / BLOCK_ROWS, (int)(columns / QUAD), r.hi,
-                                       r.lo, (const float *)floors.buf, r.step, r.offset, (int32_t *)out.buf);
+        Py_ssize_t count = scan_rows((const uint8_t *)rows.buf, n, columns, &r, (const float *)floors.buf,
+                                     (int32_t *)out.buf);
         result = PyLong_FromSsize_t(count);
     } else if (!PyErr_Occurred()) {
         PyErr_SetString(PyExc_ValueError, "_scan: out is shorter than floors");
@@ -260,8 +363,7 @@ search(PyObject *self, PyObject *args)
     Rounded r;
     round_query(side, columns, row_norm, &r);
     int32_t *out = (int32_t *)found.buf;
-    Py_ssize_t count = scan_blocks((const uint8_t *)rows.buf, n / BLOCK_ROWS, (int)(columns / QUAD), r.hi, r.lo,
-                                   (const float *)floors.buf, r.step, r.offset, out);
+    Py_ssize_t count = scan_rows((const uint8_t *)rows.buf, n, columns, &r, (const float *)floors.buf, out);
     count = refine((const float *)vectors.buf, size, dim, (const float *)query.buf, (const float *)thresholds.buf, out,
                    (float *)scores.buf, count);
     result = PyLong_FromSsize_t(count);
@@ -279,7 +381,9 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"supported", supported, METH_NOARGS, "Whether this CPU runs scan() (AVX-512 with VNNI)."},
+    {"supported", supported, METH_NOARGS, "Whether a kernel is in use (this CPU has AVX2 or AVX-512 VNNI)."},
+    {"kernel", kernel, METH_NOARGS, "The kernel in use: \"avx512-vnni\", \"avx2\" or \"none\"."},
+    {"select", select_kernel, METH_VARARGS, "Use another kernel this CPU has; returns the one before."},
     {"scan", scan, METH_VARARGS, "The rows whose int8 bound reaches their floor (see _scan.c)."},
     {"search", search, METH_VARARGS, "VectorIndex.search in one call: bound, int8 pass, full scores (see _scan.c)."},
     {NULL, NULL, 0, NULL},
@@ -290,5 +394,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_scan", NULL, -1, me
 PyMODINIT_FUNC
 PyInit__scan(void)
 {
+    level = best_level();
     return PyModule_Create(&module);
 }

@@ -3,16 +3,32 @@ int8 C kernel and without."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from laya.router.embedder import load_embedder
-from laya.router.vectorindex import VectorIndex, kernel_available
+from laya.router.vectorindex import VectorIndex, _scan, kernel_available
 
-KERNEL = [False, pytest.param(True, marks=pytest.mark.skipif(not kernel_available(), reason="no AVX-512 VNNI"))]
-"""Every answer is checked on both paths: numpy's float32 bound and the C kernel's int8 bound."""
+
+
+@pytest.fixture(params=["numpy", "avx2", "avx512-vnni"])
+def kernel(request: pytest.FixtureRequest) -> Iterator[bool]:
+    """Every answer is checked on each path this CPU runs: numpy's float32 bound and the C kernel's int8
+    bound, with each of its instruction sets (``True``: build the index with the kernel)."""
+    if request.param == "numpy":
+        yield False
+        return
+    if _scan is None:
+        pytest.skip("the C kernel is not built")
+    try:
+        before = _scan.select(request.param)
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    yield True
+    _scan.select(before)
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int, skew: float) -> np.ndarray:
@@ -25,7 +41,6 @@ def plain(vectors: np.ndarray, thresholds: np.ndarray, query: np.ndarray) -> set
     return set(np.flatnonzero(vectors @ query >= thresholds).tolist())
 
 
-@pytest.mark.parametrize("kernel", KERNEL)
 @pytest.mark.parametrize("head", [4, 16, 31, 32, 256])
 def test_search_equals_a_plain_matrix_product_on_random_vectors(head: int, kernel: bool) -> None:
     rng = np.random.default_rng(head)
@@ -44,7 +59,6 @@ def test_search_equals_a_plain_matrix_product_on_random_vectors(head: int, kerne
     assert found_any > 300
 
 
-@pytest.mark.parametrize("kernel", KERNEL)
 def test_search_equals_a_plain_matrix_product_on_sentence_embeddings(kernel: bool) -> None:
     embedder = load_embedder()
     verbs = ["cancel", "refund", "track", "change", "reset", "book", "upgrade", "delete"]
@@ -64,7 +78,6 @@ def test_an_empty_index_finds_nothing() -> None:
     assert len(index) == 0 and index.search(np.ones(8, dtype=np.float32))[0].size == 0
 
 
-@pytest.mark.parametrize("kernel", KERNEL)
 def test_a_query_with_almost_no_length_beyond_the_head_still_finds_a_row_at_its_threshold(kernel: bool) -> None:
     # Rows in the head's subspace, but for a few; queries whose length beyond the head is 1e-5 to 1e-1:
     # the bound's square root of a difference of near-equal numbers must not come out short.
@@ -87,7 +100,6 @@ def test_a_query_with_almost_no_length_beyond_the_head_still_finds_a_row_at_its_
         assert found.tolist() == [trial % 20], trial
 
 
-@pytest.mark.parametrize("kernel", KERNEL)
 @pytest.mark.parametrize("dim", [32, 60])
 def test_every_row_a_hair_under_its_threshold_is_found(dim: int, kernel: bool) -> None:
     # Each row's threshold is its own similarity to the query, less 1e-5: every row must come back. With the
@@ -107,23 +119,28 @@ def test_every_row_a_hair_under_its_threshold_is_found(dim: int, kernel: bool) -
 
 def test_the_kernel_is_built_where_the_cpu_runs_it() -> None:
     # A missing build (no compiler at install) falls back to numpy silently: the answers stay right, but the
-    # router pays four times the memory traffic. On a CPU with AVX-512 VNNI the kernel must be there.
+    # router pays four times the memory traffic. On a CPU with AVX2 the kernel must be there, and use the
+    # best instruction set the CPU has.
     if not Path("/proc/cpuinfo").exists():
         pytest.skip("no /proc/cpuinfo to read the CPU's flags from")
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
-    if not {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags):
-        pytest.skip("this CPU has no AVX-512 VNNI")
+    if not {"avx2", "fma"} <= set(flags):
+        pytest.skip("this CPU has no AVX2")
     assert kernel_available(), "laya/router/_scan.c was not built: is a C compiler installed? (pip install -e .)"
+    assert _scan is not None
+    best = "avx512-vnni" if {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags) else "avx2"
+    assert _scan.kernel() == best
 
 
-@pytest.mark.skipif(not kernel_available(), reason="no AVX-512 VNNI")
-def test_the_kernel_pays_for_rounding_the_query() -> None:
+def test_the_kernel_pays_for_rounding_the_query(kernel: bool) -> None:
     # The kernel rounds the query to 16 bits. Rows whose bytes all lean the way that rounding lost make the
     # rounded dot fall short of the true one by about 8e-5 here; each row's floor is 1e-6 under its true
     # bound, so a kernel that did not add the query's rounding error would drop them.
     from laya.router.vectorindex import _Packed
 
+    if not kernel:
+        pytest.skip("the float path does not round the query")
     rng = np.random.default_rng(1)
     width = 36
     for trial in range(50):
@@ -152,7 +169,6 @@ def test_a_head_too_wide_for_the_kernel_takes_the_float_path() -> None:
             VectorIndex(vectors, thresholds, head=256, kernel=True)
 
 
-@pytest.mark.parametrize("kernel", KERNEL)
 def test_a_column_of_almost_nothing_keeps_its_rows(kernel: bool) -> None:
     # A coordinate of 1e-44 over 127 has no float32 step: its column's scale must not come out 0 (0/0 would
     # turn every floor into NaN and the kernel would find nothing).
@@ -164,10 +180,11 @@ def test_a_column_of_almost_nothing_keeps_its_rows(kernel: bool) -> None:
     assert 0 in index.search(vectors[0])[0].tolist()
 
 
-@pytest.mark.skipif(not kernel_available(), reason="no AVX-512 VNNI")
-def test_the_kernel_never_scores_a_padding_row() -> None:
+def test_the_kernel_never_scores_a_padding_row(kernel: bool) -> None:
     # Rows past the last vector pad the last block of 16; their floors are +inf. Even with floors that let
     # them through, the kernel must not read past the vectors it was given.
+    if not kernel:
+        pytest.skip("the float path has no padding rows")
     rng = np.random.default_rng(5)
     vectors = unit_rows(rng, 1, 16, skew=1.0)
     index = VectorIndex(vectors, np.full(1, -2.0, dtype=np.float32), head=4, kernel=True)
