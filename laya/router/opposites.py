@@ -17,7 +17,6 @@ the request side costs a few microseconds on the router's hot path.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from typing import NamedTuple
@@ -86,24 +85,29 @@ def _base(word: str) -> str | None:
     return None
 
 
-def _forms(word: str) -> tuple[str, ...]:
+class _Forms(dict[str, tuple[str, ...]]):
     """The words one word says: itself, its stem, the adjective of a comparative ("later" also says "late", whose
-    opposite is listed), the parts of a joined word ("logout" also says "log" and "out")."""
-    return _forms_cached(word) if len(word) <= 64 else _forms_uncached(word)
+    opposite is listed), the parts of a joined word ("logout" also says "log" and "out"). Remembered: a known
+    word is one dictionary lookup in C (``_FORMS[word]``), for a router's hot path."""
+
+    LIMIT = 65_536
+
+    def __missing__(self, word: str) -> tuple[str, ...]:
+        stem = word_stem(word)
+        forms = [word, stem]
+        base = _base(word) if word[-2:] in ("er", "st") else None
+        if base:
+            forms.append(base)
+        for said in {word, stem}:
+            forms += _SPLIT.get(said, ())
+        if len(word) <= 64:  # a bound on an entry's size; LIMIT bounds their number
+            if len(self) >= self.LIMIT:
+                self.clear()
+            self[word] = tuple(forms)
+        return tuple(forms)
 
 
-def _forms_uncached(word: str) -> tuple[str, ...]:
-    stem = word_stem(word)
-    forms = [word, stem]
-    base = _base(word) if word[-2:] in ("er", "st") else None
-    if base:
-        forms.append(base)
-    for said in {word, stem}:
-        forms += _SPLIT.get(said, ())
-    return tuple(forms)
-
-
-_forms_cached = functools.lru_cache(maxsize=65_536)(_forms_uncached)
+_FORMS = _Forms()
 
 
 def polarity(text: str, *, opposites: bool = False) -> Polarity:
@@ -113,7 +117,7 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     if "n't" in text or "cannot" in text:
         text = _NOT.sub(" not", text)
     found = _LETTERS.findall(text)
-    words = frozenset(itertools.chain.from_iterable(map(_forms, found)))
+    words = frozenset(itertools.chain.from_iterable(map(_FORMS.__getitem__, found)))
     opposed: dict[str, set[str]] = {}
     if opposites:
         for word in words:
