@@ -266,6 +266,30 @@ refine(const float *vectors, Py_ssize_t size, Py_ssize_t dim, const float *query
     return kept;
 }
 
+/* The kept rows best first: by `order` (lower first), then score (higher first), then row. A few
+ * dozen at most: an insertion sort. */
+static void
+best_first(int32_t *found, float *scores, Py_ssize_t count, const int32_t *order)
+{
+    for (Py_ssize_t i = 1; i < count; i++) {
+        int32_t row = found[i];
+        float score = scores[i];
+        Py_ssize_t j = i;
+        while (j > 0) {
+            int32_t other = found[j - 1];
+            int before = order[row] < order[other]
+                || (order[row] == order[other] && (score > scores[j - 1] || (score == scores[j - 1] && row < other)));
+            if (!before)
+                break;
+            found[j] = other;
+            scores[j] = scores[j - 1];
+            j--;
+        }
+        found[j] = row;
+        scores[j] = score;
+    }
+}
+
 /* The int8 pass with the kernel in use. */
 static Py_ssize_t
 scan_rows(const uint8_t *rows, Py_ssize_t n, Py_ssize_t columns, const Rounded *r, const float *floors, int32_t *out)
@@ -325,22 +349,23 @@ scan(PyObject *self, PyObject *args)
     return result;
 }
 
-/* search(query, axes, scales, rows, floors, row_norm, longest, vectors, thresholds, found, scores) -> count
+/* search(query, axes, scales, rows, floors, row_norm, longest, vectors, thresholds, order, found, scores) -> count
  *
  * The whole of VectorIndex.search in one call: the query's side of the bound (its head on `axes`,
  * float32, dim x head; its length beyond), the int8 pass, then the candidates scored in full
  * against `vectors` (float32, rows x dim) and kept where they reach `thresholds`. Their indices go
- * to `found` (int32) and their similarities to `scores` (float32), both at least len(floors) long.
+ * to `found` (int32) and their similarities to `scores` (float32), both at least len(floors) long,
+ * best first: by `order` (int32, one per row; lower first), then similarity, then row.
  * Returns -1, with nothing written, when the side's squared length is over `longest` (the floors
  * paid for rounding up to that length): the caller takes the float32 path.
  */
 static PyObject *
 search(PyObject *self, PyObject *args)
 {
-    Py_buffer query, axes, scales, rows, floors, vectors, thresholds, found, scores;
+    Py_buffer query, axes, scales, rows, floors, vectors, thresholds, order, found, scores;
     double row_norm, longest;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*ddy*y*w*w*", &query, &axes, &scales, &rows, &floors, &row_norm,
-                          &longest, &vectors, &thresholds, &found, &scores))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*ddy*y*y*w*w*", &query, &axes, &scales, &rows, &floors, &row_norm,
+                          &longest, &vectors, &thresholds, &order, &found, &scores))
         return NULL;
     PyObject *result = NULL;
     Py_ssize_t dim = query.len / (Py_ssize_t)sizeof(float), columns = scales.len / (Py_ssize_t)sizeof(float);
@@ -349,7 +374,7 @@ search(PyObject *self, PyObject *args)
     if (!layout_ok(columns, n, rows.len))
         goto done;
     if (head + 1 > columns || axes.len != dim * head * (Py_ssize_t)sizeof(float) || size > n
-            || vectors.len != size * dim * (Py_ssize_t)sizeof(float)
+            || vectors.len != size * dim * (Py_ssize_t)sizeof(float) || order.len != size * (Py_ssize_t)sizeof(int32_t)
             || found.len < n * (Py_ssize_t)sizeof(int32_t) || scores.len < n * (Py_ssize_t)sizeof(float)) {
         PyErr_SetString(PyExc_ValueError, "_scan.search: buffer sizes do not agree (see _scan.c)");
         goto done;
@@ -366,6 +391,7 @@ search(PyObject *self, PyObject *args)
     Py_ssize_t count = scan_rows((const uint8_t *)rows.buf, n, columns, &r, (const float *)floors.buf, out);
     count = refine((const float *)vectors.buf, size, dim, (const float *)query.buf, (const float *)thresholds.buf, out,
                    (float *)scores.buf, count);
+    best_first(out, (float *)scores.buf, count, (const int32_t *)order.buf);
     result = PyLong_FromSsize_t(count);
 done:
     PyBuffer_Release(&query);
@@ -375,6 +401,7 @@ done:
     PyBuffer_Release(&floors);
     PyBuffer_Release(&vectors);
     PyBuffer_Release(&thresholds);
+    PyBuffer_Release(&order);
     PyBuffer_Release(&found);
     PyBuffer_Release(&scores);
     return result;

@@ -71,9 +71,10 @@ class IntentIndex:
         self._owner_of: list[int] = owners
         self._polarity = [polarity(example, opposites=True) for example in self._examples]
         # Priority first, then the rule's place: lower is better, as in RuleSet.
-        self._row_rank = [self._rules[owner].rank for owner in owners]
         vectors = embedder.embed_many([normalise(e) for e in self._examples]) if self._examples else np.zeros((0, 0), dtype=np.float32)
-        self.index = VectorIndex(vectors, np.asarray(thresholds, dtype=np.float32))
+        # Best first: the rule's rank (priority, then place), then the nearest example.
+        ranks = [self._rules[owner].rank for owner in owners]
+        self.index = VectorIndex(vectors, np.asarray(thresholds, dtype=np.float32), order=ranks)
 
     def __len__(self) -> int:
         return len(self._examples)
@@ -89,18 +90,11 @@ class IntentIndex:
         found, scores = self.index.search(self.embedder.embed(text))
         if found.size == 0:
             return None
-        # A few dozen rows at most: plain Python beats numpy's per-call cost here. Best first: the rule's rank,
-        # then the nearest example.
-        rows = found.tolist()
-        keyed = list(zip(map(self._row_rank.__getitem__, rows), map(float.__neg__, scores.tolist()), rows))
         said = polarity(text)
-        best: tuple[int, float, int] | None = min(keyed)
-        if best is not None and clash(said, self._polarity[best[2]]):  # it says the opposite (rare): the others
-            best = next((key for key in sorted(keyed) if not clash(said, self._polarity[key[2]])), None)
-        if best is None:
-            return None
-        _, distance, row = best
-        return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(-distance, 4))
+        for row, similarity in zip(found.tolist(), scores.tolist()):  # best first; nearly always the first
+            if not clash(said, self._polarity[row]):
+                return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(similarity, 4))
+        return None
 
 
 class IntentStage:

@@ -59,11 +59,15 @@ def kernel_available() -> bool:
 class VectorIndex:
     """Immutable: built from ``vectors`` (rows of unit length) and one threshold per row."""
 
-    def __init__(self, vectors: Floats, thresholds: Floats, *, head: int = 31, kernel: bool | None = None) -> None:
-        """``kernel``: use the int8 kernel (``None``: where :func:`kernel_available`; ``True``: it must be)."""
+    def __init__(self, vectors: Floats, thresholds: Floats, *, order: npt.ArrayLike | None = None, head: int = 31,
+                 kernel: bool | None = None) -> None:
+        """``order``: one integer per row; :meth:`search` gives its matches best first, by ``order`` (lower
+        first), then similarity (higher first), then row. ``kernel``: use the int8 kernel (``None``: where
+        :func:`kernel_available`; ``True``: it must be)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self.size, self.dim = vectors.shape if vectors.ndim == 2 else (0, 0)
         self.thresholds = np.ascontiguousarray(thresholds, dtype=np.float32)
+        self.order = np.ascontiguousarray(np.zeros(len(self.thresholds)) if order is None else order, dtype=np.int32)
         self.head = min(head, self.dim)
         self._vectors = vectors
         self._packed: _Packed | None = None
@@ -92,13 +96,14 @@ class VectorIndex:
             if kernel:
                 raise ValueError(f"the C kernel takes a head of at most {_MOST_COLUMNS - 1} axes, not {self.head}")
         elif kernel or (kernel is None and kernel_available()):
-            self._packed = _Packed(self._bound.T, self._floor, self._axes, vectors, self.thresholds)
+            self._packed = _Packed(self._bound.T, self._floor, self._axes, vectors, self.thresholds, self.order)
 
     def __len__(self) -> int:
         return int(self.size)
 
     def search(self, query: Floats) -> tuple[npt.NDArray[np.intp], Floats]:
-        """Indices of the rows whose similarity to ``query`` reaches their threshold, and those similarities."""
+        """Indices of the rows whose similarity to ``query`` reaches their threshold, and those similarities,
+        best first (see ``order``)."""
         if self.size == 0:
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
         if self._packed is not None:
@@ -118,7 +123,7 @@ class VectorIndex:
         # Only the candidates are read whole.
         full = self._vectors[candidates] @ query
         keep = full >= self.thresholds[candidates]
-        return candidates[keep], full[keep]
+        return self._best_first(candidates[keep], full[keep])
 
     def brute_force(self, query: Floats) -> tuple[npt.NDArray[np.intp], Floats]:
         """The same answer by a full matrix product (the baseline of the bench and the tests)."""
@@ -126,7 +131,13 @@ class VectorIndex:
             return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.float32)
         scores = self._vectors @ query
         found = np.flatnonzero(scores >= self.thresholds)
-        return found, scores[found]
+        return self._best_first(found, scores[found])
+
+    def _best_first(self, found: npt.NDArray[np.intp], scores: Floats) -> tuple[npt.NDArray[np.intp], Floats]:
+        if found.size < 2:
+            return found, scores
+        best = np.lexsort((found, -scores, self.order[found]))
+        return found[best], scores[best]
 
 
 class _Packed:
@@ -137,9 +148,9 @@ class _Packed:
     for float error); a longer one takes the float32 path."""
 
     def __init__(self, columns: Floats, floors: Floats, axes: Floats | None = None, vectors: Floats | None = None,
-                 thresholds: Floats | None = None) -> None:
+                 thresholds: Floats | None = None, order: npt.NDArray[np.int32] | None = None) -> None:
         """``columns``: the bound's, one row per vector; ``floors``: their thresholds less float slack. With
-        ``axes``, ``vectors`` and ``thresholds`` (the index's), :meth:`search` answers whole queries."""
+        ``axes``, ``vectors``, ``thresholds`` and ``order`` (the index's), :meth:`search` answers whole queries."""
         size, width = columns.shape
         wide = -(-width // _QUAD) * _QUAD
         padded = np.zeros((-(-size // _BLOCK_ROWS) * _BLOCK_ROWS, wide), dtype=np.float64)
@@ -159,7 +170,7 @@ class _Packed:
         stored = (rounded + 128).astype(np.uint8)
         self.rows = np.ascontiguousarray(stored.reshape(-1, _BLOCK_ROWS, wide // _QUAD, _QUAD).transpose(0, 2, 1, 3))
         self.width = width
-        self.axes, self.vectors, self.thresholds = axes, vectors, thresholds
+        self.axes, self.vectors, self.thresholds, self.order = axes, vectors, thresholds, order
 
     def search(self, query: Floats) -> tuple[npt.NDArray[np.intp], Floats] | None:
         """:meth:`VectorIndex.search` in one call to the kernel; ``None`` for a query longer than the floors
@@ -169,7 +180,7 @@ class _Packed:
         found = np.empty(len(self.floors), dtype=np.int32)
         scores = np.empty(len(self.floors), dtype=np.float32)
         count = _scan.search(query, self.axes, self.scales, self.rows, self.floors, self.row_norm, self.LONGEST_QUERY,
-                             self.vectors, self.thresholds, found, scores)
+                             self.vectors, self.thresholds, self.order, found, scores)
         return None if count < 0 else (found[:count].astype(np.intp), scores[:count])
 
     def scan(self, augmented: Floats) -> npt.NDArray[np.intp] | None:
