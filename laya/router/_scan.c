@@ -11,8 +11,9 @@
  *
  * Rounding never drops a row that meets its threshold. The Python side folds
  * each row's own rounding error into its floor; this file adds the query's
- * (see `slack` below). Only rows that pass are scored in full, in float32, by
- * the caller: the answer stays the brute-force answer.
+ * (see `slack` below). Only rows that pass are scored in full, in float32
+ * (`refine`), so the answer stays the brute-force answer. `search()` does all
+ * of VectorIndex.search in one call; `scan()` is the int8 pass alone.
  *
  * Layout of `rows` (built by vectorindex.py): blocks of 16 rows; in each block,
  * the columns in quads of 4; in each quad, the 16 rows' 4 bytes side by side
@@ -47,7 +48,7 @@ static int level = NONE; /* the kernel in use: the best this CPU has, or what se
  * `hi` and `lo`: the rounded query's high and low bytes (query = 256 * hi + lo), 4 per quad. */
 VNNI static Py_ssize_t
 scan_vnni(const uint8_t *rows, Py_ssize_t blocks, int quads, const int8_t *hi, const int8_t *lo,
-            const float *floors, float scale, float offset, int32_t *out)
+          const float *floors, float scale, float offset, int32_t *out)
 {
     __m512i qh[MAX_QUADS], ql[MAX_QUADS];
     for (int p = 0; p < quads; p++) {

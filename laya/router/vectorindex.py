@@ -16,13 +16,13 @@ the C kernel below):
    one more row, the query ``|tail(q)|`` as one more entry.
 3. Only the vectors whose bound reaches their threshold are scored in full.
 
-Step 2 runs in C where it can (``laya/router/_scan.c``, built at install when a
-C compiler is there, used on CPUs with AVX-512 VNNI): the bound's columns are
-stored one byte each, a quarter of the float32 bytes, and the query is rounded
-to 16 bits. Each row's threshold is lowered by what rounding its bytes lost,
-and the query's rounding error is added to every bound, so rounding never
-drops a row: it only lets a few more through to step 3. Without the kernel,
-numpy computes the same bound in float32.
+The search runs in C where it can (``laya/router/_scan.c``, built at install
+when a C compiler is there, used on CPUs with AVX2 or AVX-512 VNNI): the
+bound's columns are stored one byte each, a quarter of the float32 bytes, and
+the query is rounded to 16 bits. Each row's threshold is lowered by what
+rounding its bytes lost, and the query's rounding error is added to every
+bound, so rounding never drops a row: it only lets a few more through to step
+3. Without the kernel, numpy computes the same bound in float32.
 
 No vector that meets its threshold is ever skipped, so the answer is the
 brute-force answer (``tests/unit/test_vectorindex.py`` checks it), up to float32
