@@ -72,7 +72,7 @@ class VectorIndex:
         self._vectors = vectors
         self._packed: _Packed | None = None
         if kernel and not kernel_available():
-            raise RuntimeError("the vector index's C kernel is not built or this CPU has no AVX-512 VNNI")
+            raise RuntimeError("the vector index's C kernel is not built, or this CPU has neither AVX2 nor AVX-512 VNNI")
         if self.size == 0:
             self._axes: Floats = np.zeros((self.dim, 0), dtype=np.float32)
             self._bound: Floats = np.zeros((1, 0), dtype=np.float32)
