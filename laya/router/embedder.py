@@ -29,12 +29,19 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from laya.errors import LayaError
+
+_scan: ModuleType | None
+try:
+    from laya.router import _scan  # the C kernel (laya/router/_scan.c): its row sum
+except ImportError:  # built without a C compiler: numpy sums the rows
+    _scan = None
 
 if TYPE_CHECKING:
     from laya.config import Settings
@@ -110,6 +117,14 @@ class Embedder:
         ids = self.token_ids(text)
         if not ids:
             return np.zeros(self.dim, dtype=np.float32)
+        if _scan is not None:  # the same sum in one call (numpy's three calls cost more than the sum)
+            out: Vector = np.empty(self.dim, dtype=np.float32)
+            _scan.embed(self.table, np.asarray(ids, dtype=np.int32), out)
+            return out
+        return self.embed_numpy(ids)
+
+    def embed_numpy(self, ids: list[int]) -> Vector:
+        """:meth:`embed`'s sum of token rows in numpy: where the C kernel is not built, and in its tests."""
         vector: Vector = self.table.take(ids, axis=0).sum(axis=0)
         norm = float(vector @ vector) ** 0.5
         return vector / norm if norm > 0 else vector

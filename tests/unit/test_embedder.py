@@ -64,6 +64,21 @@ def test_numbers_are_read_digit_by_digit_as_the_tokenizer_does_and_stay_out_of_t
     assert not [word for word in embedder._words if word.isascii() and word.isdigit()]
 
 
+def test_the_kernels_row_sum_is_numpys(embedder: Embedder) -> None:
+    from laya.router.embedder import _scan
+
+    if _scan is None:
+        pytest.skip("the C kernel is not built")
+    texts = [text for text in AWKWARD if text.strip()]
+    for line in (DATA / "semantic_pairs.jsonl").read_text().splitlines()[:200]:
+        texts.append(json.loads(line)["a"])
+    for text in texts:
+        ids = embedder.token_ids(text)
+        np.testing.assert_allclose(embedder.embed(text), embedder.embed_numpy(ids), atol=2e-7, err_msg=text)
+    with pytest.raises(ValueError, match="outside the table"):
+        _scan.embed(embedder.table, np.asarray([len(embedder.table)], dtype=np.int32), np.empty(embedder.dim, np.float32))
+
+
 def test_a_full_word_cache_starts_again(embedder: Embedder) -> None:
     small = Embedder(embedder.table, embedder._tokenizer, word_cache=3)
     text = "one two three four five six"
