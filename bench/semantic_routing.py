@@ -30,8 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="whole runs, one after the other (default 3)")
     parser.add_argument("--kernel", choices=["avx2", "none"],
-                        help="the vector index's kernel, below the best this CPU has: avx2, or none (numpy); "
-                             "written to semantic_routing_<kernel>.md")
+                        help="the C kernel, below the best this CPU has: avx2, or none (numpy alone, as without a "
+                             "C compiler); written to semantic_routing_<kernel>.md")
     args = parser.parse_args()
     name = "semantic_routing.md"
     if args.kernel:

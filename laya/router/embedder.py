@@ -117,7 +117,7 @@ class Embedder:
         ids = self.token_ids(text)
         if not ids:
             return np.zeros(self.dim, dtype=np.float32)
-        if _scan is not None:  # the same sum in one call (numpy's three calls cost more than the sum)
+        if _scan is not None and _scan.supported():  # one call (numpy's three cost more than the sum)
             out: Vector = np.empty(self.dim, dtype=np.float32)
             _scan.embed(self.table, np.asarray(ids, dtype=np.int32), out)
             return out
