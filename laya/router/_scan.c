@@ -210,25 +210,27 @@ round_query(const float *q, Py_ssize_t columns, double row_norm, Rounded *r)
     r->offset = (float)(bias + slack);
 }
 
-/* The query's side of the bound, in float32 as numpy computes it: its coordinates on the head axes
- * (`axes`: dim rows of `head` floats), its length beyond them, then zeros to `columns`; each times
- * its column's scale. Returns the side's squared length. */
+/* The query's side of the bound: its coordinates on the head axes (`axes`: dim rows of `head` floats,
+ * summed in double, so that their rounding stays far below the floors' slack), its length beyond
+ * them, then zeros to `columns`; each times its column's scale. Returns the side's squared length. */
 PORTABLE static double
 query_side(const float *query, const float *axes, Py_ssize_t dim, Py_ssize_t head, const float *scales,
            Py_ssize_t columns, float *side)
 {
-    for (Py_ssize_t j = 0; j < columns; j++)
-        side[j] = 0.0f;
+    double sums[MAX_QUADS * QUAD] = {0};
     double length = 0.0;
     for (Py_ssize_t d = 0; d < dim; d++) {
-        const float x = query[d], *axis = axes + d * head;
+        const double x = query[d];
+        const float *axis = axes + d * head;
         for (Py_ssize_t j = 0; j < head; j++)
-            side[j] += x * axis[j];
-        length += (double)x * x;
+            sums[j] += x * axis[j];
+        length += x * x;
     }
     double inside = 0.0;
-    for (Py_ssize_t j = 0; j < head; j++)
-        inside += (double)side[j] * side[j];
+    for (Py_ssize_t j = 0; j < columns; j++) {
+        side[j] = (float)sums[j];
+        inside += j < head ? sums[j] * sums[j] : 0.0;
+    }
     /* The slack under the root covers the cancellation of a short tail (as in vectorindex.py). */
     side[head] = (float)sqrt(fmax(0.0, length - inside) + 1e-6);
     double reach = inside + (double)side[head] * side[head];
