@@ -29,6 +29,7 @@ from laya.router.verifier import (
     ORDER_REACH,
     SYMMETRIC,
     canonical_number,
+    past_form,
     word_stem,
 )
 
@@ -49,30 +50,49 @@ class Polarity(NamedTuple):
     """Its words in order (for two that trade places: "sort from low to high" / "sort from high to low")."""
     numbers: tuple[str, ...] = ()
     """Its numbers, digits and number words, sorted ("charged twice": ("x2",))."""
+    frames: frozenset[str] = frozenset()
+    """Words that turn a request into a question about it or a condition on it ("why did you cancel my order",
+    "what happens if i cancel"): a request and an example must hold the same ones."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
 _STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b"
-                       r"|\b(undo|revert|reverse)\b|\bcancel (\w+ ){0,2}cancellation\b")
+                       r"|\b(undo|revert|reverse)\b|\bcancel (\w+ ){0,2}cancellation\b"
+                       r"|\b(anything|everything|all) but\b|\bother than\b|\bapart from\b|\b(refuse|decline) to\b")
 """Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it", "undo cancel my
-order", "cancel my subscription cancellation"."""
+order", "cancel my subscription cancellation", "refund anything but my order", "refuse to pay"."""
+_TIME_UNITS = ("second", "minute", "hour", "day", "week", "month", "year")
 _CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
     "increase/lower", "increase/reduce", "up/off", "next/previous", "ascending/descending", "ascend/descend",
     "top/bottom", "maximize/minimize", "maximise/minimise", "show/hide", "incoming/outgoing", "renew/cancel",
-    "much/little", "monthly/yearly", "monthly/annual", "monthly/annually")]
+    "much/little", "monthly/yearly", "monthly/annual", "monthly/annually", "confirm/cancel", "keep/cancel",
+    "book/cancel", "accept/decline", "accept/reject", "approve/reject", "approve/deny", "buy/return", "buy/sell",
+    "lose/find", "lost/found", "am/pm", "this/next", "today/tomorrow", "tonight/tomorrow", "all/one", "all/some",
+    "all/part", "entire/part", "whole/part", "allow/prevent", "allow/block", "allow/silence", "extend/end",
+    "extend/shorten", "up/out",
+    *(f"{one}/{other}" for i, one in enumerate(_TIME_UNITS) for other in _TIME_UNITS[i + 1:]))]
 """Opposites for :func:`clash` only: the verifier wants every content word matched anyway."""
 _SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
           "fewer": ("less",)}
 """Words :func:`polarity` reads as others too ("logout" says "out", "fewer" says "less")."""
-_STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation")
+_STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation|but|other than|apart|refuse|decline")
 """Text without one of these cannot match :data:`_STOPPING` (a search for them is cheaper than the regex)."""
 _LETTERS = re.compile(r"[a-z]+")
-_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+_FRAMES = frozenset({"why", "if", "whether"})
+_PAST = frozenset({"already", "been", "was", "were", "did", "had"})
+"""Words that put a request in the past: it reports what happened rather than asks for it."""
+_CONDITION = re.compile(r"\bif\b(?! (possible|you can|you could|you don't mind|you do not mind|needed|necessary)\b)")
+"""An "if" that sets a condition, not a polite one ("cancel it if possible")."""
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*(?:[km]\b)?")
+"""A number, with its thousands or millions suffix ("10k" is not "10")."""
 _CLASH_OPPOSITES: dict[str, set[str]] = {}
 for _pair in _CLASH_ANTONYMS:
     for _word in _pair:
-        _CLASH_OPPOSITES.setdefault(_word, set()).update(_pair - {_word})
+        # By word and by stem ("minutes" says "minut"), both forms of the other word.
+        for _form in (_word, word_stem(_word)):
+            _CLASH_OPPOSITES.setdefault(_form, set()).update(
+                _other for _opposite in _pair - {_word} for _other in (_opposite, word_stem(_opposite)))
 
 
 def _base(word: str) -> str | None:
@@ -113,7 +133,7 @@ _FORMS = _Forms()
 def polarity(text: str, *, opposites: bool = False) -> Polarity:
     """The words and negations of a (normalised) text: a few microseconds, for a router's hot path. With
     ``opposites``, also every word that would say its opposite (once, when an intent's example is loaded)."""
-    text = text.lower()
+    text = text.lower().replace("’", "'")  # "don’t", as phones type it
     if "n't" in text or "cannot" in text:
         text = _NOT.sub(" not", text)
     found = _LETTERS.findall(text)
@@ -126,8 +146,12 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     stopping = len(_STOPPING.findall(text)) if _STOPPING_CUES.search(text) else 0
     numbers = [canonical_number(n) for n in _DIGITS.findall(text)]
     numbers += [NUMBER_WORDS[word] for word in found if word in NUMBER_WORDS]
+    frames = _FRAMES.intersection(found)
+    if "if" in frames and not _CONDITION.search(text):
+        frames = frames - {"if"}  # only "if possible", "if you can": politeness
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
-                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)))
+                    {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
+                    frozenset(frames))
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -140,6 +164,13 @@ def clash(request: Polarity, example: Polarity) -> str:
     """
     if request.negations != example.negations:
         return f"negation: {request.negations} vs {example.negations}"
+    if request.frames != example.frames:  # "why did you cancel my order" / "cancel my order"
+        return f"frame: {sorted(request.frames)} vs {sorted(example.frames)}"
+    for one, other in ((request, example), (example, request)):
+        # "has my order been cancelled", "i already reset my password" / a request to do it; not "is my package
+        # delivered" (a past form on the other side too)
+        if not _PAST.isdisjoint(one.words) and _PAST.isdisjoint(other.words) and not _past_form(other):
+            return f"tense: {sorted(_PAST & one.words)} on one side only"
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     opposites = example.opposites
@@ -149,7 +180,8 @@ def clash(request: Polarity, example: Polarity) -> str:
     swapped = _traded(request.tokens, example.tokens)
     if swapped:
         return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
-    if "from" in request.words or "from" in example.words:  # "transfer money to / from my savings"
+    if not _DIRECTION_WORDS.isdisjoint(request.words) or not _DIRECTION_WORDS.isdisjoint(example.words):
+        # "transfer money to / from (out of) my savings", "copy the contacts onto / off my phone"
         towards, away = _ends(request.tokens), _ends(example.tokens)
         for direction, place in towards - away:
             if (_AWAY[direction], place) in away:
@@ -159,35 +191,55 @@ def clash(request: Polarity, example: Polarity) -> str:
 
 def _roles_traded(request: Polarity, example: Polarity) -> str:
     """A subject pronoun on one side and only its object on the other, where both speak to "you" ("you owe me
-    a refund" / "i owe you a refund") or all other words are the same ("the seller refunded me" / "i refunded
-    the seller"; not "i want a refund" / "give me a refund", which differ in other words)."""
+    a refund" / "i owe you a refund") or all words but the pronouns are the same ("they owe me money" / "i owe
+    them money"; not "i want a refund" / "give me a refund", which differ in other words)."""
     if _PRONOUNS.isdisjoint(request.words) and _PRONOUNS.isdisjoint(example.words):
         return ""
     both_to_you = "you" in request.words and "you" in example.words
-    for subject, object_ in (("i", "me"), ("we", "us")):
+    for subject, object_ in _ROLES:
         roles = {(subject in request.words, object_ in request.words),
                  (subject in example.words, object_ in example.words)}
-        if roles == {(True, False), (False, True)} and (
-                both_to_you or request.words - {subject, object_} == example.words - {subject, object_}):
+        if roles == {(True, False), (False, True)} and (both_to_you or _stems(request) == _stems(example)):
             return f"roles: {subject!r} vs {object_!r}"
     return ""
 
 
-_PRONOUNS = frozenset({"i", "me", "we", "us"})
+def _past_form(side: Polarity) -> bool:
+    """Whether a word of ``side`` is a past form ("delivered", "cancelled", "won")."""
+    return any(map(past_form, side.tokens))
+
+
+def _stems(side: Polarity) -> frozenset[str]:
+    """Its words' stems but the pronouns ("my landlord owes me" and "i owe my landlord": the same)."""
+    return frozenset(map(word_stem, side.tokens)) - _PRONOUNS
+
+
+_ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
+_PRONOUNS = frozenset(word for pair in _ROLES for word in pair)
 _AWAY = {"to": "from", "from": "to"}
-_OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/under", "upper/lower", "on/off")
+_DIRECTION = {"to": "to", "into": "to", "onto": "to", "from": "from", "off": "from"}
+_DIRECTION_WORDS = frozenset({"from", "off", "out"})
+"""A request or an example holding none of these has no "from" side to compare."""
+_OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/under", "upper/lower", "on/off",
+                                                    "re/dis", "re/de", "re/un")
                           for one, other in (pair.split("/"), pair.split("/")[::-1]))
+"""Prefixes that say opposite things: "upvote" / "downvote", "reconnect" / "disconnect", "reactivate" /
+"deactivate"."""
 _ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that"})
 
 
 def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
-    """("to" or "from", the word after it past an article): {("to", "savings")}; "into" is "to"."""
+    """("to" or "from", the word after it past an article): {("to", "savings")}; "into" and "onto" are "to",
+    "off" and "out of" are "from"."""
     found = set()
     for i, token in enumerate(tokens):
-        if token in ("to", "into", "from"):
+        direction = _DIRECTION.get(token)
+        if token == "out" and tokens[i + 1:i + 2] == ("of",):
+            direction, i = "from", i + 1
+        if direction is not None:
             following = next((t for t in tokens[i + 1:] if t not in _ARTICLES), None)
             if following is not None:
-                found.add(("from" if token == "from" else "to", following))
+                found.add((direction, following))
     return found
 
 

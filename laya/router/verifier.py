@@ -142,7 +142,10 @@ FRAMING_VERBS = frozenset({"find", "show", "list", "search", "get", "give", "tel
 content, and so are "use", "check" and "need" ("How do I use Excel?" is not "How do I get Excel?"); longer
 frames ("explain how", "what are the steps to") are rewritten by ``_FRAMES``."""
 NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
-                       "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead"})
+                       "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead", "nope", "nah", "hardly",
+                       # written without the apostrophe ("dont cancel it")
+                       "dont", "doesnt", "didnt", "cant", "wont", "isnt", "arent", "wasnt", "werent", "havent",
+                       "hasnt", "hadnt", "shouldnt", "wouldnt", "couldnt", "mustnt", "neednt"})
 NUMBER_WORDS = {w: str(i) for i, w in enumerate((
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
     "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"))}
@@ -559,6 +562,11 @@ _IRREGULAR_PAST = _words(
     "took taken wrote written made gave given went gone ran saw seen bought sold sent spent built brought thought "
     "told said paid kept felt held met won lost began begun chose chosen drove driven ate eaten flew flown knew "
     "known grew grown")
+
+
+def past_form(token: str) -> bool:
+    """Whether ``token`` is written as a past ("owned", "won", "cancelled")."""
+    return _form(token) == "past"
 
 
 def _form(token: str) -> str:

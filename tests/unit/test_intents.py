@@ -67,13 +67,25 @@ def test_a_request_that_says_the_opposite_of_a_near_example_does_not_match(rule:
 
 def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_it() -> None:
     # tests/data/intent_opposites.jsonl: next / previous, incoming / outgoing, to / from the same account,
-    # "you owe me" / "I owe you", upgrade / downgrade ...; each request said the opposite and passed the guard.
+    # "you owe me" / "I owe you", upgrade / downgrade, "don’t" with a phone's apostrophe, "dont", confirm /
+    # cancel, 7 am / 7 pm, minutes / hours, out of / into, "why did you cancel" ...; each request said the
+    # opposite (or asked about the example rather than for it) and passed the guard of its day.
     cases = [json.loads(line) for line in (DATA / "intent_opposites.jsonl").read_text().splitlines()]
     assert len(cases) >= 20
     for case in cases:
         request, example = normalise(case["request"]), case["example"]
         assert clash(polarity(request), polarity(example, opposites=True)), case
         assert index(rule(example)).match(request) is None, case
+
+
+def test_the_guard_lets_paraphrases_through() -> None:
+    # The guard's checks must not refuse what people write for the same thing: on the paraphrase pairs of our
+    # two labelled sets (both directions), at most 2 % refused (10 of 684 when this was written).
+    pairs = [json.loads(line) for name in ("semantic_pairs.jsonl", "semantic_pairs_templated.jsonl")
+             for line in (DATA / name).read_text().splitlines()]
+    sides = [(a, b) for pair in pairs if pair["same"] for a, b in ((pair["a"], pair["b"]), (pair["b"], pair["a"]))]
+    refused = [(a, b) for a, b in sides if clash(polarity(normalise(b)), polarity(a, opposites=True))]
+    assert len(sides) > 600 and len(refused) <= 0.02 * len(sides), refused
 
 
 def test_an_unrelated_request_matches_nothing() -> None:
