@@ -58,9 +58,11 @@ class Polarity(NamedTuple):
 _NOT = re.compile(r"n't\b|\bcannot\b")
 _STOPPING = re.compile(r"\b(stop|quit|cease|halt|avoid) \w+ing\b|\brather than\b|\bthe opposite of\b"
                        r"|\b(undo|revert|reverse)\b|\bcancel (\w+ ){0,2}cancellation\b"
-                       r"|\b(anything|everything|all) but\b|\bother than\b|\bapart from\b|\b(refuse|decline) to\b")
+                       r"|\b(anything|everything|all) but\b|\bother than\b|\bapart from\b|\b(refuse|decline) to\b"
+                       r"|\btake back\b|\bwithdraw\b")
 """Saying "not" without the word: "stop sending me emails", "pause it rather than cancel it", "undo cancel my
-order", "cancel my subscription cancellation", "refund anything but my order", "refuse to pay"."""
+order", "cancel my subscription cancellation", "refund anything but my order", "refuse to pay", "take back my
+cancel request"."""
 _TIME_UNITS = ("second", "minute", "hour", "day", "week", "month", "year")
 _CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
     "start/end", "start/finish", "remember/forget", "enable/off", "disable/on", "activate/off", "deactivate/on",
@@ -76,7 +78,8 @@ _CLASH_ANTONYMS = [frozenset(pair.split("/")) for pair in (
 _SPLIT = {"login": ("log", "in"), "logout": ("log", "out"), "signin": ("sign", "in"), "signout": ("sign", "out"),
           "fewer": ("less",)}
 """Words :func:`polarity` reads as others too ("logout" says "out", "fewer" says "less")."""
-_STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation|but|other than|apart|refuse|decline")
+_STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation|but|other than|apart|refuse|decline|take back"
+                            "|withdraw")
 """Text without one of these cannot match :data:`_STOPPING` (a search for them is cheaper than the regex)."""
 _LETTERS = re.compile(r"[a-z]+")
 _FRAMES = frozenset({"why", "if", "whether"})
@@ -84,8 +87,9 @@ _PAST = frozenset({"already", "been", "was", "were", "did", "had"})
 """Words that put a request in the past: it reports what happened rather than asks for it."""
 _CONDITION = re.compile(r"\bif\b(?! (possible|you can|you could|you don't mind|you do not mind|needed|necessary)\b)")
 """An "if" that sets a condition, not a polite one ("cancel it if possible")."""
-_DIGITS = re.compile(r"\d+(?:[.,]\d+)*(?:[km]\b)?")
-"""A number, with its thousands or millions suffix ("10k" is not "10")."""
+_DIGITS = re.compile(r"[$€£¥]?\d+(?:[.,]\d+)*(?:[km]\b|%)?")
+"""A number, with its currency, its thousands or millions suffix or its percent sign ("10k", "$10" and "10%" are
+not "10")."""
 _CLASH_OPPOSITES: dict[str, set[str]] = {}
 for _pair in _CLASH_ANTONYMS:
     for _word in _pair:
@@ -103,6 +107,17 @@ def _base(word: str) -> str | None:
             if base in ANTONYMS_OF and len(base) > 2:
                 return base
     return None
+
+
+_PERCENT = re.compile(r"(\d) ?(?:percent|per cent)\b")
+_DOLLARS = re.compile(r"(\d+(?:[.,]\d+)*) ?(?:dollars?|usd)\b")
+
+
+def _number(token: str) -> str:
+    """A number as compared, with its currency and its suffix: "$1,000" is "$1000", "10%" stays "10%"."""
+    start = 1 if token[0] in "$€£¥" else 0
+    end = len(token) - 1 if token[-1] in "km%" else len(token)
+    return token[:start] + canonical_number(token[start:end]) + token[end:]
 
 
 class _Forms(dict[str, tuple[str, ...]]):
@@ -144,7 +159,9 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
             for opposite in _opposites_of(word):
                 opposed.setdefault(opposite, set()).add(word)
     stopping = len(_STOPPING.findall(text)) if _STOPPING_CUES.search(text) else 0
-    numbers = [canonical_number(n) for n in _DIGITS.findall(text)]
+    if "per" in text or "dollar" in text or "usd" in text:  # "15 percent" is "15%", "10 dollars" is "$10"
+        text = _PERCENT.sub(r"\1%", _DOLLARS.sub(r"$\1", text))
+    numbers = [_number(n) for n in _DIGITS.findall(text)]
     numbers += [NUMBER_WORDS[word] for word in found if word in NUMBER_WORDS]
     frames = _FRAMES.intersection(found)
     if "if" in frames and not _CONDITION.search(text):
