@@ -53,6 +53,9 @@ class Polarity(NamedTuple):
     frames: frozenset[str] = frozenset()
     """Words that turn a request into a question about it or a condition on it ("why did you cancel my order",
     "what happens if i cancel"): a request and an example must hold the same ones."""
+    owners: frozenset[str] = frozenset()
+    """Whose things it names: its possessive pronouns and the nouns before an "'s" ("cancel my wife's
+    subscription": {"my", "wife"})."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -83,6 +86,11 @@ _STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation|but|oth
 """Text without one of these cannot match :data:`_STOPPING` (a search for them is cheaper than the regex)."""
 _LETTERS = re.compile(r"[a-z]+")
 _FRAMES = frozenset({"why", "if", "whether"})
+_OWNER_WORDS = frozenset({"my", "your", "our", "his", "her", "their"})
+_OWNED = re.compile(r"\b([a-z]+)'s\b")
+_CONTRACTED = frozenset({"it", "that", "what", "where", "who", "how", "when", "there", "here", "he", "she", "let",
+                         "this", "why", "everything", "nothing", "something", "today", "tomorrow"})
+"""Words whose "'s" is "is", "has" or "us" ("where's my parcel", "let's"), not a possessive."""
 _PAST = frozenset({"already", "been", "was", "were", "did", "had"})
 """Words that put a request in the past: it reports what happened rather than asks for it."""
 _CONDITION = re.compile(r"\bif\b(?! (possible|you can|you could|you don't mind|you do not mind|needed|necessary)\b)")
@@ -163,12 +171,15 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
         text = _PERCENT.sub(r"\1%", _DOLLARS.sub(r"$\1", text))
     numbers = [_number(n) for n in _DIGITS.findall(text)]
     numbers += [NUMBER_WORDS[word] for word in found if word in NUMBER_WORDS]
+    owners = _OWNER_WORDS.intersection(found)
+    if "'s" in text:
+        owners |= {match.group(1) for match in _OWNED.finditer(text) if match.group(1) not in _CONTRACTED}
     frames = _FRAMES.intersection(found)
     if "if" in frames and not _CONDITION.search(text):
         frames = frames - {"if"}  # only "if possible", "if you can": politeness
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
-                    frozenset(frames))
+                    frozenset(frames), frozenset(owners))
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -188,6 +199,8 @@ def clash(request: Polarity, example: Polarity) -> str:
         # delivered" (a past form on the other side too)
         if not _PAST.isdisjoint(one.words) and _PAST.isdisjoint(other.words) and not _past_form(other):
             return f"tense: {sorted(_PAST & one.words)} on one side only"
+    if request.owners and example.owners and request.owners != example.owners:  # "my" / "my wife's subscription"
+        return f"owners: {sorted(request.owners)} vs {sorted(example.owners)}"
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     opposites = example.opposites
