@@ -27,6 +27,8 @@ from laya.router.verifier import (
     NEGATIONS,
     NUMBER_WORDS,
     ORDER_REACH,
+    POSSESSIVES,
+    ROLES,
     SYMMETRIC,
     canonical_number,
     past_form,
@@ -86,7 +88,6 @@ _STOPPING_CUES = re.compile("ing|rather|opposite|undo|rever|cancellation|but|oth
 """Text without one of these cannot match :data:`_STOPPING` (a search for them is cheaper than the regex)."""
 _LETTERS = re.compile(r"[a-z]+")
 _FRAMES = frozenset({"why", "if", "whether"})
-_OWNER_WORDS = frozenset({"my", "your", "our", "his", "her", "their"})
 _OWNED = re.compile(r"\b([a-z]+)'s\b")
 _CONTRACTED = frozenset({"it", "that", "what", "where", "who", "how", "when", "there", "here", "he", "she", "let",
                          "this", "why", "everything", "nothing", "something", "today", "tomorrow"})
@@ -143,11 +144,12 @@ class _Forms(dict[str, tuple[str, ...]]):
             forms.append(base)
         for said in {word, stem}:
             forms += _SPLIT.get(said, ())
+        found = tuple(forms)
         if len(word) <= 64:  # a bound on an entry's size; LIMIT bounds their number
             if len(self) >= self.LIMIT:
                 self.clear()
-            self[word] = tuple(forms)
-        return tuple(forms)
+            self[word] = found
+        return found
 
 
 _FORMS = _Forms()
@@ -171,7 +173,7 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
         text = _PERCENT.sub(r"\1%", _DOLLARS.sub(r"$\1", text))
     numbers = [_number(n) for n in _DIGITS.findall(text)]
     numbers += [NUMBER_WORDS[word] for word in found if word in NUMBER_WORDS]
-    owners = _OWNER_WORDS.intersection(found)
+    owners = POSSESSIVES.intersection(found)
     if "'s" in text:
         owners |= {match.group(1) for match in _OWNED.finditer(text) if match.group(1) not in _CONTRACTED}
     frames = _FRAMES.intersection(found)
@@ -226,7 +228,7 @@ def _roles_traded(request: Polarity, example: Polarity) -> str:
     if _PRONOUNS.isdisjoint(request.words) and _PRONOUNS.isdisjoint(example.words):
         return ""
     both_to_you = "you" in request.words and "you" in example.words
-    for subject, object_ in _ROLES:
+    for subject, object_ in ROLES:
         roles = {(subject in request.words, object_ in request.words),
                  (subject in example.words, object_ in example.words)}
         if roles == {(True, False), (False, True)} and (both_to_you or _stems(request) == _stems(example)):
@@ -244,8 +246,7 @@ def _stems(side: Polarity) -> frozenset[str]:
     return frozenset(map(word_stem, side.tokens)) - _PRONOUNS
 
 
-_ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
-_PRONOUNS = frozenset(word for pair in _ROLES for word in pair)
+_PRONOUNS = frozenset(word for pair in ROLES for word in pair)
 _AWAY = {"to": "from", "from": "to"}
 _DIRECTION = {"to": "to", "into": "to", "onto": "to", "from": "from", "off": "from"}
 _DIRECTION_WORDS = frozenset({"from", "off", "out"})

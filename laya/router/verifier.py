@@ -269,10 +269,10 @@ _COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "
 _MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
 _COUNTED = frozenset({"a", "an", "one", "how_many", "my", "your", "our", "his", "her", "their"})
 """Words :attr:`Words.follows` records with the word after them."""
-_POSSESSIVES = frozenset({"my", "your", "our", "his", "her", "their"})
+POSSESSIVES = frozenset({"my", "your", "our", "his", "her", "their"})
 _FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "ourselves"})
 _SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
-_ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
+ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
 """A pronoun as subject on one side and only as object on the other: "I paid my friend back" / "My friend paid
 me back"."""
 SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
@@ -518,7 +518,7 @@ def analyse(text: str) -> Words:
                  frozenset(({"an": "a"}.get(token, token), _object(following))
                            for i, (token, following) in enumerate(itertools.pairwise(tokens))
                            if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
-                           and (token not in _POSSESSIVES or _named(tokens, i))), raw,
+                           and (token not in POSSESSIVES or _named(tokens, i))), raw,
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
                  word_stem(tokens[0]) if tokens and tokens[0] not in _STOP else "",
                  _negated(lowered) if negations else (), _closing(lowered) if payload else None,
@@ -813,7 +813,7 @@ def verify(a: Words, b: Words) -> Verdict:
                                                                           if not _present(e, a.raw)})
     if missing:
         return Verdict(False, f"entities: {missing} on one side only")
-    for subject, object_ in _ROLES:
+    for subject, object_ in ROLES:
         roles = {(subject in a.words, object_ in a.words), (subject in b.words, object_ in b.words)}
         if roles == {(True, False), (False, True)}:  # a subject on one side is only an object on the other
             return Verdict(False, f"roles: {subject!r} vs {object_!r}")
@@ -822,7 +822,7 @@ def verify(a: Words, b: Words) -> Verdict:
     if persons == {(True, False), (False, True)}:  # "What is my name?" / "What is your name?"
         return Verdict(False, "roles: first person vs second person")
     for owning, plain in ((a, b), (b, a)):  # "What is my IP address?" / "What is an IP address?"
-        owned = {word for counted, word in owning.follows if counted in _POSSESSIVES}
+        owned = {word for counted, word in owning.follows if counted in POSSESSIVES}
         if owned & {word for counted, word in plain.follows if counted == "a"}:
             return Verdict(False, "roles: a possessive vs an article")
     joined = {("and" in a.words, "or" in a.words), ("and" in b.words, "or" in b.words)}
