@@ -7,20 +7,23 @@ onto the waiter's list (``done:<id>``, or the producer's shared ``reply:<channel
 which is what a blocked producer wakes on.
 
 With ``redis.min_replica_acks`` each write is followed, on the same connection
-and in the same exchange, by ``WAIT n timeout``. A write the replicas did not
-confirm in time is already on the primary and cannot be taken back; its
-writer logs the shortfall and goes on. Should the primary then die, the
-request comes back (its stream entry or job was not acknowledged either), and
-a rerun gives the same answer because results are written once per id.
+and in the same exchange, by ``WAIT n timeout``, and the wake-ups go out only
+after it: a producer is not woken by an answer that a failover could still
+take back. A write the replicas did not confirm in time is already on the
+primary and cannot be taken back; its writer logs the shortfall, wakes its
+waiters and goes on. Should the primary then die, the request comes back (its
+stream entry or job was not acknowledged either), and a rerun gives the same
+answer because results are written once per id.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from hashlib import sha1
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from laya.codec import decode_result, encode_result
 from laya.connection import ReplicaAcks
@@ -37,26 +40,29 @@ __all__ = ["ResultStore"]
 log = logging.getLogger("laya.results")
 
 # KEYS[1]: the ingress stream ("" when nothing is acknowledged); KEYS[2..]: (result key, wake-up list) pairs.
-# ARGV[1]: ttl seconds; ARGV[2]: consumer group; ARGV[3]: n, the number of stream entries to acknowledge;
-# ARGV[4 .. 3+n]: their ids; then one result JSON per pair. Returns how many results were new.
+# ARGV[1]: ttl seconds; ARGV[2]: consumer group; ARGV[3]: "wake" to push the wake-ups now, "" to leave them
+# to the caller (after WAIT); ARGV[4]: n, the number of stream entries to acknowledge; ARGV[5 .. 4+n]: their
+# ids; then one result JSON per pair. Returns the numbers (from 1) of the pairs whose results were new.
 # A router batch that enqueues nothing commits with this one atomic call: results, XACK and XDEL.
 _COMMIT = """
-local ttl, group, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local written = 0
+local ttl, group, wake, n = ARGV[1], ARGV[2], ARGV[3] == 'wake', tonumber(ARGV[4])
+local written = {}
 local woken = {}
 for i = 2, #KEYS, 2 do
-  local payload = ARGV[3 + n + i / 2]
+  local payload = ARGV[4 + n + i / 2]
   if redis.call('SET', KEYS[i], payload, 'NX', 'EX', ttl) then
-    redis.call('LPUSH', KEYS[i + 1], payload)
-    woken[KEYS[i + 1]] = true
-    written = written + 1
+    written[#written + 1] = i / 2
+    if wake then
+      redis.call('LPUSH', KEYS[i + 1], payload)
+      woken[KEYS[i + 1]] = true
+    end
   end
 end
 for key in pairs(woken) do
   redis.call('EXPIRE', key, ttl)
 end
-for first = 4, 3 + n, 500 do
-  local last = math.min(first + 499, 3 + n)
+for first = 5, 4 + n, 500 do
+  local last = math.min(first + 499, 4 + n)
   redis.call('XACK', KEYS[1], group, unpack(ARGV, first, last))
   redis.call('XDEL', KEYS[1], unpack(ARGV, first, last))
 end
@@ -78,25 +84,34 @@ class ResultStore:
     def wake_key(self, request_id: str, reply_to: str | None) -> str:
         return self.keys.reply(reply_to) if reply_to else self.keys.done(request_id)
 
+    @property
+    def wakes_after_ack(self) -> bool:
+        """Whether wake-ups wait for the replicas' WAIT (``min_replica_acks``), sent by :meth:`wake`."""
+        return bool(self.acks.count)
+
     def _keys_and_args(self, answers: list[Answer], ack: tuple[str, list[str]] | None
                        ) -> tuple[list[str], list[bytes | str | int]]:
         stream, ids = (self.keys.ingress, ack[1]) if ack else ("", [])
         keys = [stream]
-        args: list[bytes | str | int] = [self.ttl_s, ack[0] if ack else "", len(ids), *ids]
+        args: list[bytes | str | int] = [self.ttl_s, ack[0] if ack else "", "" if self.wakes_after_ack else "wake",
+                                         len(ids), *ids]
         for request_id, payload, reply_to in answers:
             keys += [self.keys.result(request_id), self.wake_key(request_id, reply_to)]
             args.append(payload)
         return keys, args
 
     def commit(self, answers: list[Answer], *, group: str, entry_ids: list[str], wire: Wire | None = None) -> int:
-        """Write ``answers`` and acknowledge and delete ``entry_ids`` in one atomic call.
+        """Write ``answers`` and acknowledge and delete ``entry_ids`` in one atomic call; how many were new.
 
         ``wire``: a connection the caller holds (the router's commit loop).
         """
         keys, args = self._keys_and_args(answers, (group, entry_ids))
-        return self._run(keys, args, wire)
+        written = self._run(keys, args, wire)
+        if self.wakes_after_ack:
+            self.wake(answers, written)
+        return len(written)
 
-    def _run(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> int:
+    def _run(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> list[int]:
         """The commit script by its digest, in full when the server does not have it (after a restart).
 
         On ``wire`` when given; otherwise through redis-py, whose retries ride
@@ -106,11 +121,11 @@ class ResultStore:
             return self._run_acked(keys, args, wire)
         call = wire.call if wire is not None else self.redis.execute_command
         try:
-            return int(call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
+            return list(call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
         except NoScriptError:
-            return int(call("EVAL", _COMMIT, len(keys), *keys, *args))
+            return list(call("EVAL", _COMMIT, len(keys), *keys, *args))
 
-    def _run_acked(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> int:
+    def _run_acked(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> list[int]:
         """:meth:`_run` followed by WAIT on the same connection; a shortfall is logged (module docstring)."""
         for script in (("EVALSHA", _COMMIT_SHA), ("EVAL", _COMMIT)):
             commands = [(*script, len(keys), *keys, *args), *self.acks.commands()]
@@ -125,18 +140,44 @@ class ResultStore:
                         written, acked = pipe.execute()
             except NoScriptError:
                 continue
-            if int(written) and (shortfall := self.acks.shortfall(acked, f"a write of {int(written)} result(s)")):
+            if written and (shortfall := self.acks.shortfall(acked, f"a write of {len(written)} result(s)")):
                 log.warning("%s; a failover now could lose them (their requests would be answered again)",
                             shortfall)
-            return int(written)
+            return list(written)
         raise AssertionError("unreachable: EVAL does not raise NoScriptError")
 
+    def wake(self, answers: list[Answer], written: list[int], *,
+             then: Callable[[Pipeline], None] | None = None) -> None:
+        """Push the wake-ups of the ``written`` answers (numbers from 1, the script's reply), then what
+        ``then`` queues (a router's stream end entries): the step after WAIT when :attr:`wakes_after_ack`.
+
+        A failure here loses no answer: the results are stored, and a waiter
+        that was not woken reads its record when its wait times out.
+        """
+        try:
+            with self.redis.pipeline(transaction=False) as pipe:
+                woken = set()
+                for number in written:
+                    request_id, payload, reply_to = answers[int(number) - 1]
+                    woken.add(key := self.wake_key(request_id, reply_to))
+                    pipe.lpush(key, payload)
+                for key in woken:
+                    pipe.expire(key, self.ttl_s)
+                if then is not None:
+                    then(pipe)
+                pipe.execute()
+        except RedisError as exc:
+            log.warning("%d result(s) are stored but their waiters were not woken (%s); each reads its record "
+                        "when its wait times out", len(written), exc)
+
     def execute(self, pipe: Pipeline, *, wire: Wire) -> list[Any]:
-        """Run ``pipe``, a MULTI built with :meth:`queue_commit`; its replies.
+        """Run ``pipe``, a MULTI built with :meth:`queue_commit` first; its replies.
 
         With replica acks the transaction goes out on ``wire`` followed by WAIT
         (redis-py's pipeline would give its connection back before a WAIT could
-        follow it on that connection); the replies are then raw, as on any wire.
+        follow it on that connection); the replies are then raw, as on any wire,
+        and the caller sends the wake-ups with :meth:`wake` (the first reply
+        says which results were new).
         """
         if not self.acks.count:
             return list(pipe.execute())
@@ -164,8 +205,12 @@ class ResultStore:
 
     def write(self, result: Result, reply_to: str | None) -> bool:
         """Write now; ``False`` if this id already had a result (which stays)."""
-        keys, args = self._keys_and_args([(result.id, encode_result(result), reply_to)], None)
-        return bool(self._run(keys, args, None))
+        answers = [(result.id, encode_result(result), reply_to)]
+        keys, args = self._keys_and_args(answers, None)
+        written = self._run(keys, args, None)
+        if self.wakes_after_ack:
+            self.wake(answers, written)
+        return bool(written)
 
     def get(self, request_id: str) -> Result | None:
         data = self.redis.get(self.keys.result(request_id))

@@ -75,6 +75,7 @@ from laya.worker.lanes import ring
 
 if TYPE_CHECKING:
     from redis import Redis
+    from redis.client import Pipeline
 
 __all__ = ["Flight", "Router", "run_router"]
 
@@ -308,7 +309,8 @@ class Router:
         A batch that enqueues nothing (all short-circuit) is one script call; one
         with jobs is a MULTI/EXEC holding the same script, the enqueues and the
         queue lengths for admission; so is one that answers a streaming request,
-        whose stream gets its end entry in the same write. Two entries with one request id (a producer
+        whose stream gets its end entry in the same write (with ``min_replica_acks``, in the step
+        after WAIT that wakes the waiters: :meth:`ResultStore.wake`). Two entries with one request id (a producer
         that sent a request twice) become one job; both entries are acknowledged.
         ``enqueued`` holds the ids already enqueued by this batch and is updated.
         """
@@ -325,17 +327,24 @@ class Router:
         if not by_queue and not streams:
             self.results.commit(answers, group=self.keys.router_group, entry_ids=ids, wire=self._commits)
             return {}
-        with self.redis.pipeline(transaction=True) as pipe:
-            self.results.queue_commit(pipe, answers, group=self.keys.router_group, entry_ids=ids)
+
+        def end_streams(pipe: Pipeline) -> None:
             for request_id, result in streams:
                 add_end(pipe, self.keys.stream(request_id), result, ttl_s=self.settings.router.result_ttl_s,
                         max_len=self.settings.runtime.stream_max_chunks)
+
+        with self.redis.pipeline(transaction=True) as pipe:
+            self.results.queue_commit(pipe, answers, group=self.keys.router_group, entry_ids=ids)
+            if not self.results.wakes_after_ack:
+                end_streams(pipe)
             for lane, datas in by_queue.items():
                 self.queues[lane].enqueue_many(datas, pipeline=pipe)
                 ring(pipe, self.keys.bell(lane[0]), len(datas))
             for lane in by_queue:
                 pipe.llen(self.queues[lane].key)
             replies = self.results.execute(pipe, wire=self._commits)
+        if self.results.wakes_after_ack:  # the stream ends wake their readers too: after WAIT, with the wake-ups
+            self.results.wake(answers, replies[0], then=end_streams)
         return dict(zip(by_queue, (int(n) for n in replies[-len(by_queue):]))) if by_queue else {}
 
     def _job_data(self, flight: Flight, now: float) -> Any:
