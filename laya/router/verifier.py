@@ -791,8 +791,13 @@ def _towards(words: Words) -> dict[str, set[str]]:
     return towards
 
 
-def verify(a: Words, b: Words) -> Verdict:
-    """Whether prompts ``a`` and ``b`` (as :func:`analyse` split them) may share an answer."""
+def verify(a: Words, b: Words, *, content: bool = True) -> Verdict:
+    """Whether prompts ``a`` and ``b`` (as :func:`analyse` split them) may share an answer.
+
+    ``content=False`` skips the checks that every content word be on both sides (or have a synonym
+    there): never for serving, only for ``laya bench semantic``'s ablation, which measures what the
+    rest of the verifier would let through, and how many paraphrases it would catch, without them.
+    """
     if Counter(a.negations) != Counter(b.negations):
         return Verdict(False, f"negation: {len(a.negations)} vs {len(b.negations)}")
     if not _same_numbers(a, b):
@@ -843,15 +848,15 @@ def verify(a: Words, b: Words) -> Verdict:
     for place in towards_a.keys() & towards_b.keys():
         if towards_a[place] != towards_b[place]:
             return Verdict(False, f"direction: {sorted(towards_a[place])} vs {sorted(towards_b[place])} {place}")
-    unmatched_a, unmatched_b = _unmatched(only_a, only_b)
+    unmatched_a, unmatched_b = _unmatched(only_a, only_b) if content else (set(), set())
     if unmatched_a or unmatched_b:
         return Verdict(False, f"content: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
-    if a.instruction is not None and b.instruction is not None:
+    if content and a.instruction is not None and b.instruction is not None:
         # Both ask something of a pasted text: the asking must match on its own, not through the text.
         unmatched_a, unmatched_b = _unmatched(a.instruction - b.instruction, b.instruction - a.instruction)
         if unmatched_a or unmatched_b:
             return Verdict(False, f"instruction: {sorted(unmatched_a)} vs {sorted(unmatched_b)}")
-    if a.closing is not None and b.closing is not None:
+    if content and a.closing is not None and b.closing is not None:
         # A question after the pasted text: "<review> What does it say about the price?" / "... the battery?"
         unmatched_a, unmatched_b = _unmatched(a.closing - b.closing, b.closing - a.closing)
         if unmatched_a or unmatched_b:

@@ -140,6 +140,11 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_lea
     assert result.threshold_only_wrong_hits > result.different / 2
     if hits_at_least is not None:
         assert result.hit_rate >= hits_at_least
+    # The ablation: without the every-content-word check more paraphrases would hit, and wrong hits pass 1 %
+    # on every held-out set (the check is what holds the target; bench/results/semantic_cache.md).
+    assert result.no_content_hits >= result.hits
+    if hits_at_least is None:
+        assert result.no_content_wrong_hits > result.different / 100
 
 
 def test_no_pair_a_red_team_wrote_against_the_verifier_is_a_wrong_hit() -> None:
