@@ -47,6 +47,8 @@ detail added or dropped, so they are not prompts one answer serves: its hit
 rate says little, its wrong-hit rate on the non-paraphrases is the figure.
 
 Baseline in the same run: the same cache with the threshold alone, no verifier.
+Ablation in the same run: the verifier without its every-content-word check, the
+most that synonym work could gain, and the wrong answers it would serve.
 Target: wrong hits < 1 % and at least half the paraphrases hit.
 """
 
@@ -105,7 +107,9 @@ def main() -> None:
                 verdict = "wrong hits only"
             runs.append(f"{name}: hits {result.hit_rate:.1%} of {result.same} paraphrases, wrong hits "
                         f"{result.wrong_hits}/{result.different} = {result.wrong_hit_rate:.2%} (threshold alone "
-                        f"{result.threshold_only_wrong_hits}/{result.different}), lookup p50 "
+                        f"{result.threshold_only_wrong_hits}/{result.different}; without the content check "
+                        f"{result.no_content_hits / max(result.same, 1):.1%} and {result.no_content_wrong_hits}/"
+                        f"{result.different}), lookup p50 "
                         f"{result.lookup_us['p50']:.1f} µs; target {verdict}")
     write_results("semantic_cache.md", lines, run="; ".join(runs))
 
