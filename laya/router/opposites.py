@@ -8,7 +8,8 @@ whether the request *contradicts* the example: a negation on one side only
 (also "stop sending", "rather than", "undo"), opposed words (antonyms, negating
 and opposed prefixes, comparatives, "log in" / "logout"), two words that trade
 places, "to" against "from" the same place, swapped pronoun roles, different
-numbers. It shares the verifier's word tables and stemmer.
+numbers, a part of the thing the other side names whole ("cancel one item from my order"). It shares the
+verifier's word tables and stemmer.
 
 The example side is prepared once, when the rules load
 (``polarity(example, opposites=True)`` lists every word that would oppose it);
@@ -58,6 +59,8 @@ class Polarity(NamedTuple):
     owners: frozenset[str] = frozenset()
     """Whose things it names: its possessive pronouns and the nouns before an "'s" ("cancel my wife's
     subscription": {"my", "wife"})."""
+    parts: frozenset[str] = frozenset()
+    """The things it takes a part of, word and stem ("cancel one item from my orders": {"orders", "order"})."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -99,6 +102,11 @@ _CONDITION = re.compile(r"\bif\b(?! (possible|you can|you could|you don't mind|y
 _DIGITS = re.compile(r"[$€£¥]?\d+(?:[.,]\d+)*(?:[km]\b|%)?")
 """A number, with its currency, its thousands or millions suffix or its percent sign ("10k", "$10" and "10%" are
 not "10")."""
+_PART = re.compile(r"\b(?:(?:one|some|part|half|portion|piece|several|few|couple|any|each|none) of"
+                   r"|(?:one|single|some|several|few|couple|any|each)(?: [a-z]+){0,2} from"
+                   r"|(?:(?:an?|the) )?(?:item|product|line|entry|photo|picture|file|message|page|song|track)s? (?:of|from))"
+                   r" (?:(?:the|a|an|my|your|our|his|her|their|this|that|these|those) )?([a-z]+)")
+"""A part of a thing: "one item from my order", "some of my subscriptions", "a photo from my account"."""
 _CLASH_OPPOSITES: dict[str, set[str]] = {}
 for _pair in _CLASH_ANTONYMS:
     for _word in _pair:
@@ -179,9 +187,11 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     frames = _FRAMES.intersection(found)
     if "if" in frames and not _CONDITION.search(text):
         frames = frames - {"if"}  # only "if possible", "if you can": politeness
+    parts = frozenset(form for match in _PART.finditer(text) for form in _FORMS[match.group(1)][:2]) \
+        if "of" in found or "from" in found else frozenset()
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
-                    frozenset(frames), frozenset(owners))
+                    frozenset(frames), frozenset(owners), parts)
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -203,6 +213,9 @@ def clash(request: Polarity, example: Polarity) -> str:
             return f"tense: {sorted(_PAST & one.words)} on one side only"
     if request.owners and example.owners and request.owners != example.owners:  # "my" / "my wife's subscription"
         return f"owners: {sorted(request.owners)} vs {sorted(example.owners)}"
+    for part, whole in ((request, example), (example, request)):  # "cancel one item from my order" / "cancel my order"
+        if taken := sorted((part.parts - whole.parts) & whole.words):
+            return f"part: of {taken[0]!r} on one side, the whole on the other"
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     opposites = example.opposites

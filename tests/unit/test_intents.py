@@ -68,8 +68,9 @@ def test_a_request_that_says_the_opposite_of_a_near_example_does_not_match(rule:
 def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_it() -> None:
     # tests/data/intent_opposites.jsonl: next / previous, incoming / outgoing, to / from the same account,
     # "you owe me" / "I owe you", upgrade / downgrade, "don’t" with a phone's apostrophe, "dont", confirm /
-    # cancel, 7 am / 7 pm, minutes / hours, out of / into, "why did you cancel" ...; each request said the
-    # opposite (or asked about the example rather than for it) and passed the guard of its day.
+    # cancel, 7 am / 7 pm, minutes / hours, out of / into, "why did you cancel", "one item from my order" / "my
+    # order" ...; each request said the opposite (or asked about the example rather than for it, or for a part
+    # of it) and passed the guard of its day.
     cases = [json.loads(line) for line in (DATA / "intent_opposites.jsonl").read_text().splitlines()]
     assert len(cases) >= 20
     for case in cases:
