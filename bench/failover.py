@@ -59,8 +59,8 @@ def main() -> None:
                 report = reports[-1]
                 print(f"replicas {replicas} acks {acks} stall {stall} run {run + 1}: {len(report.accepted)} accepted, "
                       f"{report.refused} refused, {len(report.lost)} lost, {len(report.conflicting)} conflicting, "
-                      f"promoted {report.kill_to_promotion_s:.1f} s, first answer {report.kill_to_first_answer_s}",
-                      flush=True)
+                      f"promoted {report.kill_to_promotion_s:.1f} s, first answer {report.kill_to_first_answer_s}"
+                      + (f"; lost: {report.whereabouts}" if report.lost else ""), flush=True)
             rows.append(((replicas, acks, stall), reports))
     lines = [f"# Failover: SIGKILL of the Sentinel-managed primary under load ({args.runs} runs per case)", "",
              ("| replicas | min_replica_acks | replicas stalled and cut off 0.5 s before the kill | accepted | refused "

