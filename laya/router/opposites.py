@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from laya.router.verifier import (
@@ -102,11 +103,20 @@ _CONDITION = re.compile(r"\bif\b(?! (possible|you can|you could|you don't mind|y
 _DIGITS = re.compile(r"[$€£¥]?\d+(?:[.,]\d+)*(?:[km]\b|%)?")
 """A number, with its currency, its thousands or millions suffix or its percent sign ("10k", "$10" and "10%" are
 not "10")."""
-_PART = re.compile(r"\b(?:(?:one|some|part|half|portion|piece|several|few|couple|any|each|none) of"
-                   r"|(?:one|single|some|several|few|couple|any|each)(?: [a-z]+){0,2} from"
-                   r"|(?:(?:an?|the) )?(?:item|product|line|entry|photo|picture|file|message|page|song|track)s? (?:of|from))"
-                   r" (?:(?:the|a|an|my|your|our|his|her|their|this|that|these|those) )?([a-z]+)")
-"""A part of a thing: "one item from my order", "some of my subscriptions", "a photo from my account"."""
+_PART_NOUNS = "item|product|line|entry|file|message|page|song|track|post|video|event|ticket|seat"
+_PART = re.compile(r"\b(?:(?<!every )(?P<one>one|single)(?: [a-z]+){0,2} (?:of|from)"
+                   r"|(?:some|part|half|portion|piece|several|few|couple|none|rest|remainder) of"
+                   r"|(?:some|several|few|couple)(?: [a-z]+){0,2} from"
+                   rf"|(?:(?P<a>an?|the) )?(?:(?:{_PART_NOUNS}) (?:of|from)|(?:photo|picture) from)"
+                   rf"|(?<!all )(?<!the )(?<!my )(?<!every )(?<!these )(?<!those )(?:{_PART_NOUNS}|photo|picture)s from)"
+                   r" (?:(?:the|a|an|my|your|our|his|her|their|this|that|these|those) )?"
+                   r"(?!(?:to|into|onto|for|in|on|at|with|from|of|and|or|is|are|was|were|it|them|us|me|you|this|that"
+                   r"|these|those)\b)"
+                   r"(?:[a-z]+ (?=(?!(?:this|does|yours|ours|hers|theirs|always|perhaps)\b)[a-z]{3,}s\b))?([a-z]+)")
+"""A part of a thing: "one item from my order", "some of my subscriptions", "a photo from my account" (of a compound,
+its last word: "one of my bank accounts" is of "accounts"). After "one" or "a" the thing is read as written, not by
+its stem: "one of my accounts" is an account, as "close my account" names it, while "one of my messages" is a part
+of "delete my messages"."""
 _CLASH_OPPOSITES: dict[str, set[str]] = {}
 for _pair in _CLASH_ANTONYMS:
     for _word in _pair:
@@ -187,11 +197,18 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     frames = _FRAMES.intersection(found)
     if "if" in frames and not _CONDITION.search(text):
         frames = frames - {"if"}  # only "if possible", "if you can": politeness
-    parts = frozenset(form for match in _PART.finditer(text) for form in _FORMS[match.group(1)][:2]) \
-        if "of" in found or "from" in found else frozenset()
+    parts = frozenset(_parts(text)) if "of" in found or "from" in found else frozenset()
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
                     frozenset(frames), frozenset(owners), parts)
+
+
+def _parts(text: str) -> Iterator[str]:
+    """The things ``text`` takes a part of (:data:`_PART`), each as written and, unless one of them is meant, by
+    its stem."""
+    for match in _PART.finditer(text):
+        thing = match.group(match.lastindex or 0)
+        yield from (thing,) if match.group("one") or match.group("a") else _FORMS[thing][:2]
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -213,9 +230,10 @@ def clash(request: Polarity, example: Polarity) -> str:
             return f"tense: {sorted(_PAST & one.words)} on one side only"
     if request.owners and example.owners and request.owners != example.owners:  # "my" / "my wife's subscription"
         return f"owners: {sorted(request.owners)} vs {sorted(example.owners)}"
-    for part, whole in ((request, example), (example, request)):  # "cancel one item from my order" / "cancel my order"
-        if taken := sorted((part.parts - whole.parts) & whole.words):
-            return f"part: of {taken[0]!r} on one side, the whole on the other"
+    if not (request.parts and example.parts):  # both taking a part of something: the other checks compare them
+        for part, whole in ((request, example), (example, request)):  # "cancel one item from my order" / "my order"
+            if taken := sorted((part.parts - whole.parts) & whole.words):
+                return f"part: of {taken[0]!r} on one side, the whole on the other"
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     opposites = example.opposites

@@ -89,6 +89,17 @@ def test_the_guard_lets_paraphrases_through() -> None:
     assert len(sides) > 600 and len(refused) <= 0.02 * len(sides), refused
 
 
+def test_the_part_check_lets_same_requests_with_of_and_from_through() -> None:
+    # tests/data/intent_part_paraphrases.jsonl: 470 requests a reviewer wrote to mean the same as an example while
+    # saying "of" or "from" ("track the status of my order", "close one of my accounts"), each at least 0.85
+    # similar. The part check refused 122 of them when it first read every "one of" by its stem; now at most 5 %
+    # (21 when this was written: "update some of my details", "part of my bill is wrong"; borderline).
+    cases = [json.loads(line) for line in (DATA / "intent_part_paraphrases.jsonl").read_text().splitlines()]
+    refused = [case for case in cases
+               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)).startswith("part")]
+    assert len(cases) >= 400 and len(refused) <= 0.05 * len(cases), refused
+
+
 def test_an_unrelated_request_matches_nothing() -> None:
     assert index(TRACK, REFUND).match(normalise("Write a haiku about queues")) is None
 
