@@ -9,7 +9,8 @@ A job may be delivered more than once (a producer resubmitting an id, a job
 requeued after its worker was declared lost). :func:`generate` therefore
 skips a request that already has a result, and takes a per-request lock that
 the worker's heartbeat keeps alive, so one request never runs on two workers
-at once.
+at once. A lock its holder no longer renews (an attempt a failover cut short)
+is waited out and taken: a retried job must not be dropped as a duplicate.
 
 A job also carries what the router worked out for it: the model, the effective
 ``max_tokens``, the cache key, and ``expires_at`` when the request has a
@@ -128,13 +129,46 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
         log.info("request %s already has a result; not running it again", request.id)
         return {"route": "duplicate"}
     lock = rt.keys.lock(request.id)
-    if not rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
+    if not _take_lock(rt, lock):
         log.warning("request %s is running on %s; not running it twice", request.id, rt.redis.get(lock))
         return {"route": "duplicate"}
     try:
+        if rt.redis.exists(rt.keys.result(request.id)):  # the lock's last holder answered it before it went
+            log.info("request %s already has a result; not running it again", request.id)
+            return {"route": "duplicate"}
         return _generate(rt, request, payload, started)
     finally:
         release_lock(rt.redis, lock, rt.worker_name)
+
+
+def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
+    """Take a request's lock; ``False`` when a live worker holds it (that worker writes the result).
+
+    A holder that runs the request renews the lock with every heartbeat. A
+    lock nobody renews was left by an attempt that ended without releasing it
+    (a failover cut the connection; its job came back for a retry), and
+    returning "duplicate" then would leave the request without an answer. So
+    a held lock is watched for up to ``lock_ttl_s`` (less than the job's own
+    heartbeat TTL): renewed means a live holder; gone means it was stale, and
+    it is taken.
+    """
+    if rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
+        return True
+    deadline = time.monotonic() + rt.lock_ttl_s
+    left = int(rt.redis.pttl(lock))
+    while time.monotonic() < deadline:
+        time.sleep(_LOCK_POLL_S)
+        if rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
+            log.warning("took over the lock of %s, which its holder stopped renewing", lock)
+            return True
+        now_left = int(rt.redis.pttl(lock))
+        if now_left > left:  # renewed: its holder is alive and running the request
+            return False
+        left = now_left
+    return False
+
+
+_LOCK_POLL_S = 0.1
 
 
 def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], started: float) -> dict[str, Any]:

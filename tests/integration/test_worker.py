@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -296,14 +297,47 @@ def test_a_worker_does_not_run_a_request_another_worker_holds(settings: Settings
     client = Client(redis)
     request_id = client.submit("jello", max_tokens=4)
     route_all(settings, redis)
-    redis.set(f"laya:lock:{request_id}", "the-other-worker", ex=60)  # it is running there right now
-    with caplog.at_level(logging.INFO, logger="laya.worker"):
-        run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    lock = f"laya:lock:{request_id}"
+    redis.set(lock, "the-other-worker", ex=5)  # it is running there right now: its heartbeat renews the lock
+    running = threading.Event()
+
+    def holder() -> None:
+        while not running.wait(0.2):
+            redis.expire(lock, 5)
+
+    renewing = threading.Thread(target=holder)
+    renewing.start()
+    started = time.monotonic()
+    try:
+        with caplog.at_level(logging.INFO, logger="laya.worker"):
+            run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    finally:
+        running.set()
+        renewing.join()
+    assert time.monotonic() - started < 10  # it saw the renewal, not the end of its lock_ttl_s (58 s) watch
     job = Queue("laya:llm:default:normal", connection=redis, serializer="json").fetch_job(request_id)
     assert job is not None and job.return_value() == {"route": "duplicate"}
     assert f"request {request_id} is running on b'the-other-worker'; not running it twice" in caplog.text
     assert client.result(request_id) is None  # the holder answers it
-    assert redis.get(f"laya:lock:{request_id}") == b"the-other-worker"  # and keeps its lock
+    assert redis.get(lock) == b"the-other-worker"  # and keeps its lock
+
+
+def test_a_lock_its_holder_stopped_renewing_is_taken_and_the_request_answered(settings: Settings, redis: Redis,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    # A job retried after a failover cut its first attempt short: that attempt could not release the lock, and
+    # nobody renews it. Returning "duplicate" would finish the job with no result; the lock is waited out instead.
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=4)
+    route_all(settings, redis)
+    redis.set(f"laya:lock:{request_id}", "laya-default-gone-1", px=1500)
+    started = time.monotonic()
+    with caplog.at_level(logging.INFO, logger="laya.worker"):
+        run_worker(settings, redis, burst=True, backend=LlamaBackend(settings))
+    result = client.result(request_id)
+    assert result is not None and result.ok and result.route.startswith("model:"), result
+    assert time.monotonic() - started >= 1.0  # it waited for the lock to expire
+    assert "took over the lock" in caplog.text and "not running it twice" not in caplog.text
+    assert not redis.exists(f"laya:lock:{request_id}")
 
 
 def test_a_worker_holds_the_request_s_lock_while_it_runs_and_releases_it(settings: Settings,
