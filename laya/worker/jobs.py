@@ -125,20 +125,25 @@ def generate(payload: dict[str, Any]) -> dict[str, Any]:
     rt = _runtime
     started = time.time()
     request = Request.model_validate(payload["request"])
-    if rt.redis.exists(rt.keys.result(request.id)):
-        log.info("request %s already has a result; not running it again", request.id)
+    if _answered(rt, request.id):
         return {"route": "duplicate"}
     lock = rt.keys.lock(request.id)
     if not _take_lock(rt, lock):
         log.warning("request %s is running on %s; not running it twice", request.id, rt.redis.get(lock))
         return {"route": "duplicate"}
     try:
-        if rt.redis.exists(rt.keys.result(request.id)):  # the lock's last holder answered it before it went
-            log.info("request %s already has a result; not running it again", request.id)
+        if _answered(rt, request.id):  # by the lock's last holder, before it went
             return {"route": "duplicate"}
         return _generate(rt, request, payload, started)
     finally:
         release_lock(rt.redis, lock, rt.worker_name)
+
+
+def _answered(rt: WorkerRuntime, request_id: str) -> bool:
+    if rt.redis.exists(rt.keys.result(request_id)):
+        log.info("request %s already has a result; not running it again", request_id)
+        return True
+    return False
 
 
 def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
