@@ -5,7 +5,7 @@ An embedding puts a sentence next to its opposite ("cancel my subscription" /
 shorter than the request, so the semantic cache's :mod:`~laya.router.verifier`
 (every content word on both sides) is too strict here; :func:`clash` asks only
 whether the request *contradicts* the example: a negation on one side only
-(also "stop sending", "rather than", "undo"), opposed words (antonyms, negating
+(also "stop sending", "stop cancel", "rather than", "undo"), opposed words (antonyms, negating
 and opposed prefixes, comparatives, "log in" / "logout"), two words that trade
 places, "to" against "from" the same place, swapped pronoun roles, different
 numbers, a part of the thing the other side names whole ("cancel one item from my order"). It shares the
@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from laya.router.verifier import (
     ANTONYMS_OF,
+    FUNCTION_WORDS,
     NEGATING_PREFIXES,
     NEGATIONS,
     NUMBER_WORDS,
@@ -236,6 +237,9 @@ def clash(request: Polarity, example: Polarity) -> str:
                 return f"part: of {taken[0]!r} on one side, the whole on the other"
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
+    for one, other in ((request, example), (example, request)):  # "please stop cancel my order" / "cancel my order"
+        if halted := _halted(one, other):
+            return f"negation: {halted!r} halted on one side only"
     opposites = example.opposites
     for word in sorted(request.words & opposites.keys()):  # nearly always none
         if word not in example.words and opposites[word] - request.words:
@@ -250,6 +254,22 @@ def clash(request: Polarity, example: Polarity) -> str:
             if (_AWAY[direction], place) in away:
                 return f"direction: {direction} {place!r} vs {_AWAY[direction]} {place!r}"
     return _roles_traded(request, example)
+
+
+def _halted(one: Polarity, other: Polarity) -> str:
+    """The verb ``other`` opens with, which ``one`` says to stop ("stop cancel my order" / "cancel my order"; "stop
+    cancelling" is a negation already), where ``other`` says no such thing. Only its opening verb: "stop
+    notifications" is what "turn off notifications" asks."""
+    if _HALTING.isdisjoint(one.words) or not _HALTING.isdisjoint(other.words):
+        return ""
+    verb = next((token for token in other.tokens if token not in FUNCTION_WORDS), None)
+    for word, following in itertools.pairwise(one.tokens):
+        if word in _HALTING and verb is not None and word_stem(following) == word_stem(verb):
+            return following
+    return ""
+
+
+_HALTING = frozenset({"stop", "halt", "cease", "quit", "pause", "abort"})
 
 
 def _roles_traded(request: Polarity, example: Polarity) -> str:

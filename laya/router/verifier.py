@@ -230,14 +230,15 @@ _SYNONYMS = [frozenset(group.split("/")) for group in (
     "dict/dictionary", "create/generate",
     "leave/depart", "write/draft/compose", "explain/describe",
 )]
-_STOP = _words(
+FUNCTION_WORDS = _words(
     "a an the of to in on at for with by from as into onto about is are be been being am do does this that these "
     "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
     "what which who whom whose how to please can could would may might should must shall will "
     "get got have has having let any some just really actually also very much thing things stuff "
     "kind sort bit lot lots way ways per yet") | FRAMING_VERBS
 # Negations, tense and modals are compared as classes of their own before a word can count as a stop word.
-_STOP = _STOP - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would", "can"}
+FUNCTION_WORDS = FUNCTION_WORDS - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would",
+                                                               "can"}
 # Question words that ask different things: "where is" is not "when is", "how is it made" is not "what is it
 # made of". "How tall" and "what height" ask alike: a frame above rewrites the one into the other.
 _QUESTION_WORDS = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose",
@@ -416,7 +417,7 @@ _AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "do", "does", "did",
 
 def _content_stems(text: str) -> frozenset[str]:
     """The stems of the words of ``text`` that are neither function words nor negations."""
-    return frozenset(word_stem(t) for t in _TOKENS.findall(text) if t not in _STOP and t not in NEGATIONS)
+    return frozenset(word_stem(t) for t in _TOKENS.findall(text) if t not in FUNCTION_WORDS and t not in NEGATIONS)
 
 
 def _negated(lowered: str) -> tuple[frozenset[str], ...]:
@@ -500,7 +501,7 @@ def analyse(text: str) -> Words:
                 elif (token in FRAMING_VERBS or token == "let") and i > 0:
                     content.add(stem)  # not where it opens the request: "How to give a massage" is no frame
                     key = stem  # "Will my parents let me get a tattoo?" is not "Will my parents get a tattoo?"
-                elif not (token in _STOP or token in _PAST or token in _FUTURE or token in _DATES):
+                elif not (token in FUNCTION_WORDS or token in _PAST or token in _FUTURE or token in _DATES):
                     content.add(stem)
                     key = stem
                     if i < instruction_end:
@@ -520,7 +521,7 @@ def analyse(text: str) -> Words:
                            if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
                            and (token not in POSSESSIVES or _named(tokens, i))), raw,
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
-                 word_stem(tokens[0]) if tokens and tokens[0] not in _STOP else "",
+                 word_stem(tokens[0]) if tokens and tokens[0] not in FUNCTION_WORDS else "",
                  _negated(lowered) if negations else (), _closing(lowered) if payload else None,
                  bool(tokens) and tokens[0] in _AUXILIARIES)
 
@@ -598,7 +599,7 @@ def _prepositions(tokens: list[str]) -> list[tuple[str, str]]:
                 j += 1
             if j == len(tokens) or tokens[j] in _PREPOSITIONS:
                 found.append((token, ""))
-            elif tokens[j] not in _STOP and tokens[j] not in _DATES:
+            elif tokens[j] not in FUNCTION_WORDS and tokens[j] not in _DATES:
                 found.append((token, _key(tokens[j])))
     return found
 
@@ -616,7 +617,7 @@ def _key(token: str) -> str:
 
 def _after_what(tokens: list[str]) -> str:
     """The stem right after an opening "what" ("What makes a good password?": "make"), or ""."""
-    if len(tokens) > 1 and tokens[0] == "what" and tokens[1] not in _STOP:
+    if len(tokens) > 1 and tokens[0] == "what" and tokens[1] not in FUNCTION_WORDS:
         return word_stem(tokens[1])
     return ""
 
@@ -699,7 +700,7 @@ def _directions(tokens: list[str]) -> list[tuple[str, str]]:
         if token in _DIRECTIONS:
             rest = tokens[i + 1:]
             # A function word right before another direction word, or last, is the object: "from A to Z".
-            following = next((t for j, t in enumerate(rest) if t not in _STOP or t in _DIRECTIONS
+            following = next((t for j, t in enumerate(rest) if t not in FUNCTION_WORDS or t in _DIRECTIONS
                               or j + 1 == len(rest) or rest[j + 1] in _DIRECTIONS), None)
             if following is not None and following not in _DIRECTIONS:
                 found.append((token, _object(following)))
@@ -720,7 +721,7 @@ def _entities(text: str) -> list[str]:
         opening = not before or before[-1] in ".!?:;\"'(\n"
         acronym = word.isupper() and len(word) > 1 and word.isalpha()
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
-        named = word[0].isupper() and not opening and word.lower() not in _STOP and word != "I"
+        named = word[0].isupper() and not opening and word.lower() not in FUNCTION_WORDS and word != "I"
         if acronym or mixed or named:
             found.append(word.lower())
     return found
