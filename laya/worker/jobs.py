@@ -70,6 +70,8 @@ class WorkerRuntime:
     cache_ttl_s: int
     heartbeat: Callable[[], None]
     """Throttled liveness signal, called from the token loop (also keeps the request's lock)."""
+    keep_alive: Callable[[], object]
+    """The same signal without the lock, while a job waits for a lock another attempt left."""
     worker_name: str
     lock_ttl_s: int
     stream_flush_ms: float = 20.0
@@ -153,9 +155,9 @@ def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
     lock nobody renews was left by an attempt that ended without releasing it
     (a failover cut the connection; its job came back for a retry), and
     returning "duplicate" then would leave the request without an answer. So
-    a held lock is watched for up to ``lock_ttl_s`` (less than the job's own
-    heartbeat TTL): renewed means a live holder; gone means it was stale, and
-    it is taken.
+    a held lock is watched for up to ``lock_ttl_s``, the job's own heartbeat
+    kept alive meanwhile: renewed means a live holder; gone means it was
+    stale, and it is taken.
     """
     if rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
         return True
@@ -163,6 +165,7 @@ def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
     left = int(rt.redis.pttl(lock))
     while time.monotonic() < deadline:
         time.sleep(_LOCK_POLL_S)
+        rt.keep_alive()
         if rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
             log.warning("took over the lock of %s, which its holder stopped renewing", lock)
             return True

@@ -133,6 +133,7 @@ class LayaWorker(SimpleWorker):
             job_timeout_s=settings.runtime.job_timeout_s,
             cache_ttl_s=settings.router.cache_ttl_s,
             heartbeat=self.beat,
+            keep_alive=self.keep_alive,
             worker_name=self.name,
             lock_ttl_s=settings.runtime.lock_ttl_s,
             metrics=metrics,
@@ -171,18 +172,26 @@ class LayaWorker(SimpleWorker):
         return self.settings.runtime.heartbeat_ttl_s
 
     def beat(self) -> None:
-        """Prove liveness for the running job, at most once per heartbeat interval."""
+        """Prove liveness for the running job and keep its request's lock, at most once per heartbeat interval."""
         current = self._current
-        clock = time.monotonic()
-        if current is None or clock - self._last_beat < self.settings.runtime.heartbeat_interval_s:
+        if current is None or not self.keep_alive():
             return
-        self._last_beat = clock
-        self.maintain_heartbeats(*current)
         lock = self.keys.lock(current[0].id)
         if not renew_lock(self.connection, lock, self.name, self.settings.runtime.lock_ttl_s) and lock != self._lost_lock:
             self._lost_lock = lock  # say it once per job
             log.warning("lost the lock on request %s (no heartbeat for %d s?); finishing it, but its "
                         "result may come from another worker", current[0].id, self.settings.runtime.lock_ttl_s)
+
+    def keep_alive(self) -> bool:
+        """Prove liveness for the running job, at most once per heartbeat interval; whether it did now. Alone
+        (without the lock) while the job waits for a lock another attempt left."""
+        current = self._current
+        clock = time.monotonic()
+        if current is None or clock - self._last_beat < self.settings.runtime.heartbeat_interval_s:
+            return False
+        self._last_beat = clock
+        self.maintain_heartbeats(*current)
+        return True
 
     def handle_job_failure(self, job: Job, queue: Queue, started_job_registry: Any = None, exc_string: str = "",
                            execution: Any = None) -> None:

@@ -340,6 +340,42 @@ def test_a_lock_its_holder_stopped_renewing_is_taken_and_the_request_answered(se
     assert not redis.exists(f"laya:lock:{request_id}")
 
 
+class SlowFirstChunk(LlamaBackend):
+    """A first chunk of prompt that takes 2.5 s: less than the 5 s heartbeat_ttl_s the test sets, more than what is
+    left of it after a wait of lock_ttl_s (3 s) without a heartbeat."""
+
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
+        time.sleep(2.5)
+        return super().generate(request, max_tokens=max_tokens, controls=controls)
+
+
+def test_a_job_that_waited_out_a_stale_lock_is_not_reaped_while_it_runs(settings: Settings, redis: Redis) -> None:
+    settings = settings.model_copy(update={"runtime": settings.runtime.model_copy(
+        update={"heartbeat_ttl_s": 5, "job_retries": 0})})
+    client = Client(redis)
+    request_id = client.submit("jello", max_tokens=4)
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    while entries := router.read_batch():
+        router.handle(entries)
+    redis.set(f"laya:lock:{request_id}", "laya-default-gone-1", px=3000)  # renewed just before its holder went
+    done = threading.Event()
+
+    def reap() -> None:  # a router's reaper, as it runs every reap_interval_s
+        while not done.wait(0.2):
+            router.reaper.run_once()
+
+    reaper = threading.Thread(target=reap)
+    reaper.start()
+    try:
+        run_worker(settings, redis, burst=True, backend=SlowFirstChunk(settings))
+    finally:
+        done.set()
+        reaper.join()
+    result = client.result(request_id)
+    assert result is not None and result.ok and result.route.startswith("model:"), result  # not error:worker_lost
+
+
 def test_a_worker_holds_the_request_s_lock_while_it_runs_and_releases_it(settings: Settings,
                                                                         redis: Redis) -> None:
     client = Client(redis)
