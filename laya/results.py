@@ -170,14 +170,17 @@ class ResultStore:
             log.warning("%d result(s) are stored but their waiters were not woken (%s); each reads its record "
                         "when its wait times out", len(written), exc)
 
-    def execute(self, pipe: Pipeline, *, wire: Wire) -> list[Any]:
-        """Run ``pipe``, a MULTI built with :meth:`queue_commit` first; its replies.
+    def execute(self, pipe: Pipeline, *, wire: Wire, answers: list[Answer],
+                then: Callable[[Pipeline], None] | None = None) -> list[Any]:
+        """Run ``pipe``, a MULTI that starts with :meth:`queue_commit` of ``answers``; its replies.
 
         With replica acks the transaction goes out on ``wire`` followed by WAIT
         (redis-py's pipeline would give its connection back before a WAIT could
-        follow it on that connection); the replies are then raw, as on any wire,
-        and the caller sends the wake-ups with :meth:`wake` (the first reply
-        says which results were new).
+        follow it on that connection); the replies are then raw, as on any wire.
+        The wake-ups (and what ``then`` queues) follow with :meth:`wake`, also
+        when a later command of the transaction failed: EXEC ran the script
+        anyway, and its answers are stored. Without acks the script woke them,
+        and the caller puts what ``then`` would queue into the MULTI itself.
         """
         if not self.acks.count:
             return list(pipe.execute())
@@ -187,11 +190,13 @@ class ResultStore:
                 replies.next()  # OK, then QUEUED each; a command refused here makes EXEC fail (EXECABORT)
             executed, acked = replies.next(), replies.next()
         pipe.reset()
+        if shortfall := self.acks.shortfall(acked, f"a commit of {len(stack)} commands"):
+            log.warning("%s; a failover now could lose it (its entries would be routed again)", shortfall)
+        written = executed[0] if isinstance(executed[0], list) else []  # the script's reply, unless it failed
+        self.wake(answers, written, then=then)
         failed = next((reply for reply in executed if isinstance(reply, Exception)), None)
         if failed is not None:
             raise failed
-        if shortfall := self.acks.shortfall(acked, f"a commit of {len(stack)} commands"):
-            log.warning("%s; a failover now could lose it (its entries would be routed again)", shortfall)
         return list(executed)
 
     def queue_commit(self, pipe: Pipeline, answers: list[Answer], *, group: str, entry_ids: list[str]) -> None:

@@ -342,9 +342,8 @@ class Router:
                 ring(pipe, self.keys.bell(lane[0]), len(datas))
             for lane in by_queue:
                 pipe.llen(self.queues[lane].key)
-            replies = self.results.execute(pipe, wire=self._commits)
-        if self.results.wakes_after_ack:  # the stream ends wake their readers too: after WAIT, with the wake-ups
-            self.results.wake(answers, replies[0], then=end_streams)
+            # With acks the stream ends go out after WAIT, with the wake-ups (they wake their readers too).
+            replies = self.results.execute(pipe, wire=self._commits, answers=answers, then=end_streams)
         return dict(zip(by_queue, (int(n) for n in replies[-len(by_queue):]))) if by_queue else {}
 
     def _job_data(self, flight: Flight, now: float) -> Any:

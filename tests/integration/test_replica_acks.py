@@ -45,8 +45,7 @@ PATHS = ["router commit script", "router commit transaction", "worker result"]
 
 
 def write(store: ResultStore, wire: Wire, path: str, result: Result) -> str:
-    """Write ``result`` the way ``path`` does (the router's two commits wake after WAIT as the router does);
-    its result key."""
+    """Write ``result`` the way ``path`` does; its result key."""
     answers = [(result.id, encode_result(result), None)]
     if path == "router commit script":
         store.commit(answers, group="routers", entry_ids=[], wire=wire)
@@ -54,9 +53,8 @@ def write(store: ResultStore, wire: Wire, path: str, result: Result) -> str:
         with store.redis.pipeline(transaction=True) as pipe:
             store.queue_commit(pipe, answers, group="routers", entry_ids=[])
             pipe.llen("acks:llm:default")
-            replies = store.execute(pipe, wire=wire)
+            replies = store.execute(pipe, wire=wire, answers=answers)
         assert replies[-1] == 0
-        store.wake(answers, replies[0])
     else:
         store.write(result, None)
     return store.keys.result(result.id)

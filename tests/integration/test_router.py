@@ -287,6 +287,28 @@ def test_a_batch_write_redis_refuses_writes_nothing_of_it(settings: Settings, re
         redis.acl_deluser("limited")
 
 
+@pytest.mark.parametrize("acks", [0, 1])
+def test_a_batch_whose_transaction_failed_still_wakes_what_it_answered(settings: Settings, redis: Redis,
+                                                                      acks: int) -> None:
+    # A command of the MULTI fails when EXEC runs it (the workers' bell is not a list here). EXEC does not roll
+    # the commit script back: the greeting is stored. Then the entry-by-entry retry finds it stored (SET NX) and
+    # reports nothing new, so with acks (wake-ups after WAIT; no replica here, so WAIT times out) the wake-up
+    # must come from the failed transaction's own reply, or the waiter sleeps to its timeout.
+    settings = settings.model_copy(update={"redis": settings.redis.model_copy(
+        update={"min_replica_acks": acks, "replica_ack_timeout_ms": 20})})
+    router = make_router(settings, redis)
+    client = Client(redis)
+    greeting = client.submit("Hello")
+    assert client.submit("Tell me a story")  # a model job: the batch commits as one transaction
+    redis.set("laya:bell:default", "not a list")
+    try:
+        pump(router)
+    finally:
+        redis.delete("laya:bell:default")
+    assert client.result(greeting).route == "rule:greeting"  # type: ignore[union-attr]
+    assert redis.llen(f"laya:done:{greeting}") == 1
+
+
 def test_a_router_with_metrics_times_each_commit(settings: Settings, redis: Redis) -> None:
     metrics = RouterMetrics()
     router = Router(settings, redis, consumer="test", metrics=metrics)
