@@ -61,8 +61,9 @@ class Polarity(NamedTuple):
     owners: frozenset[str] = frozenset()
     """Whose things it names: its possessive pronouns and the nouns before an "'s" ("cancel my wife's
     subscription": {"my", "wife"})."""
-    parts: frozenset[str] = frozenset()
-    """The things it takes a part of, word and stem ("cancel one item from my orders": {"orders", "order"})."""
+    parts: frozenset[tuple[bool, str, str]] = frozenset()
+    """The things it takes a part of: (read as written, not by stem; the word; the plural after it, or "")
+    ("cancel one item from my order": {(True, "order", "")})."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -112,12 +113,13 @@ _PART = re.compile(r"\b(?:(?<!every )(?P<one>one|single)(?: [a-z]+){0,2} (?:of|f
                    rf"|(?<!all )(?<!the )(?<!my )(?<!every )(?<!these )(?<!those )(?:{_PART_NOUNS}|photo|picture)s from)"
                    r" (?:(?:the|a|an|my|your|our|his|her|their|this|that|these|those) )?"
                    r"(?!(?:to|into|onto|for|in|on|at|with|from|of|and|or|is|are|was|were|it|them|us|me|you|this|that"
-                   r"|these|those)\b)"
-                   r"(?:[a-z]+ (?=(?!(?:this|does|yours|ours|hers|theirs|always|perhaps)\b)[a-z]{3,}s\b))?([a-z]+)")
-"""A part of a thing: "one item from my order", "some of my subscriptions", "a photo from my account" (of a compound,
-its last word: "one of my bank accounts" is of "accounts"). After "one" or "a" the thing is read as written, not by
-its stem: "one of my accounts" is an account, as "close my account" names it, while "one of my messages" is a part
-of "delete my messages"."""
+                   r"|these|those|my|your|our|his|her|their|its)\b)"
+                   r"(?P<thing>[a-z]+)(?: (?!(?:this|does|yours|ours|hers|theirs|always|perhaps)\b)(?P<plural>[a-z]{3,}s)\b)?")
+"""A part of a thing: "one item from my order", "some of my subscriptions", "a photo from my account". The word after
+the thing, when it ends in "s", may be the thing's own last word ("one of my bank accounts") or the next word ("from
+my order thanks"): :func:`_taken` decides, against the other side. After "one" or "a" the thing is read as written,
+not by its stem: "one of my accounts" is an account, as "close my account" names it, while "one of my messages" is a
+part of "delete my messages"."""
 _CLASH_OPPOSITES: dict[str, set[str]] = {}
 for _pair in _CLASH_ANTONYMS:
     for _word in _pair:
@@ -204,12 +206,20 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
                     frozenset(frames), frozenset(owners), parts)
 
 
-def _parts(text: str) -> Iterator[str]:
-    """The things ``text`` takes a part of (:data:`_PART`), each as written and, unless one of them is meant, by
-    its stem."""
+def _parts(text: str) -> Iterator[tuple[bool, str, str]]:
+    """The things ``text`` takes a part of (:data:`_PART`), as :attr:`Polarity.parts` holds them."""
     for match in _PART.finditer(text):
-        thing = match.group(match.lastindex or 0)
-        yield from (thing,) if match.group("one") or match.group("a") else _FORMS[thing][:2]
+        yield bool(match.group("one") or match.group("a")), match.group("thing"), match.group("plural") or ""
+
+
+def _taken(part: Polarity, whole: Polarity) -> str:
+    """A thing ``part`` takes a part of that ``whole`` names whole, or ""."""
+    for exact, thing, plural in part.parts - whole.parts:
+        if plural and (plural in whole.words or word_stem(plural) in whole.words):
+            thing = plural  # the thing's own last word: "one of my bank accounts" / "close my bank account"
+        if thing in whole.words or (not exact and word_stem(thing) in whole.words):
+            return thing
+    return ""
 
 
 def clash(request: Polarity, example: Polarity) -> str:
@@ -233,8 +243,8 @@ def clash(request: Polarity, example: Polarity) -> str:
         return f"owners: {sorted(request.owners)} vs {sorted(example.owners)}"
     if not (request.parts and example.parts):  # both taking a part of something: the other checks compare them
         for part, whole in ((request, example), (example, request)):  # "cancel one item from my order" / "my order"
-            if taken := sorted((part.parts - whole.parts) & whole.words):
-                return f"part: of {taken[0]!r} on one side, the whole on the other"
+            if taken := _taken(part, whole):
+                return f"part: of {taken!r} on one side, the whole on the other"
     if request.numbers and example.numbers and request.numbers != example.numbers:  # "charged twice / once"
         return f"numbers: {list(request.numbers)} vs {list(example.numbers)}"
     for one, other in ((request, example), (example, request)):  # "please stop cancel my order" / "cancel my order"
