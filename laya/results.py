@@ -106,19 +106,20 @@ class ResultStore:
         ``wire``: a connection the caller holds (the router's commit loop).
         """
         keys, args = self._keys_and_args(answers, (group, entry_ids))
-        written = self._run(keys, args, wire)
-        if self.wakes_after_ack:
-            self.wake(answers, written)
-        return len(written)
+        return len(self._run(keys, args, wire, answers))
 
-    def _run(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None) -> list[int]:
-        """The commit script by its digest, in full when the server does not have it (after a restart).
+    def _run(self, keys: list[str], args: list[bytes | str | int], wire: Wire | None,
+             answers: list[Answer]) -> list[int]:
+        """The commit script of ``answers`` by its digest, in full when the server does not have it (after a
+        restart); with replica acks, then WAIT, then the wake-ups. The numbers of the new answers.
 
         On ``wire`` when given; otherwise through redis-py, whose retries ride
         out a dropped connection (the script is safe to run twice).
         """
         if self.acks.count:
-            return self._run_acked(keys, args, wire)
+            written = self._run_acked(keys, args, wire)
+            self.wake(answers, written)
+            return written
         call = wire.call if wire is not None else self.redis.execute_command
         try:
             return list(call("EVALSHA", _COMMIT_SHA, len(keys), *keys, *args))
@@ -212,10 +213,7 @@ class ResultStore:
         """Write now; ``False`` if this id already had a result (which stays)."""
         answers = [(result.id, encode_result(result), reply_to)]
         keys, args = self._keys_and_args(answers, None)
-        written = self._run(keys, args, None)
-        if self.wakes_after_ack:
-            self.wake(answers, written)
-        return bool(written)
+        return bool(self._run(keys, args, None, answers))
 
     def get(self, request_id: str) -> Result | None:
         data = self.redis.get(self.keys.result(request_id))
