@@ -357,9 +357,13 @@ def word_stem(word: str) -> str:
     return _stem_cached(word) if len(word) <= 64 else _stem_uncached(word)
 
 
+_NOT_PLURALS = frozenset({"https", "ftps", "smtps", "imaps", "ldaps", "mqtts", "news"})
+"""Words that end in "s" and are not the plural of the word without it: "HTTP to HTTPS" is not "HTTPS to HTTP"."""
+
+
 def _stem_uncached(word: str) -> str:
     word = _spelling(word)
-    if len(word) <= 3:
+    if len(word) <= 3 or word in _NOT_PLURALS:
         return word
     for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
         if word.endswith(suffix):

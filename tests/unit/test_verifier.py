@@ -80,6 +80,9 @@ def verdict(a: str, b: str) -> str:
     ("Look up order 007", "Look up order 7", "numbers"),  # an id's leading zeros are part of it
     ("What does x[2:] return?", "What does x[:2] return?", "operators"),  # a slice, compared whole
     ("Review my job application", "Review my job app", "content"),  # not the same thing
+    # A secure protocol is not the plural of the plain one (semantic_pairs_heldout5.jsonl's one wrong hit).
+    ("How do I redirect HTTP to HTTPS in nginx?", "How do I redirect HTTPS to HTTP in nginx?", "direction"),
+    ("move the server from ftp to ftps", "move the server from ftps to ftp", "direction"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -187,6 +190,7 @@ def test_the_order_check_finds_a_swap_anywhere_in_a_long_prompt() -> None:
     ("buy bitcoin", "sell bitcoin now", "polarity"),
     ("subscribe to the newsletter", "unsubscribe from the newsletter", "polarity"),
     ("i cannot log in", "i can not log in", ""),
+    ("redirect http to https", "redirect https to http", "order"),
 ])
 def test_clash_finds_a_negation_or_opposed_words_and_lets_extra_words_pass(example: str, request_text: str,
                                                                           reason: str) -> None:
