@@ -51,8 +51,10 @@ detail added or dropped, so they are not prompts one answer serves: its hit
 rate says little, its wrong-hit rate on the non-paraphrases is the figure.
 
 Baseline in the same run: the same cache with the threshold alone, no verifier.
-Ablation in the same run: the verifier without its every-content-word check, the
-most that synonym work could gain, and the wrong answers it would serve.
+Ablations in the same run: the verifier without its every-content-word check, the
+most that synonym work could gain, and the wrong answers it would serve; and the
+verifier's other checks alone with no similarity threshold, the most that any
+embedder in the content check's place could gain.
 Target: wrong hits < 1 % and at least half the paraphrases hit.
 """
 
@@ -114,7 +116,8 @@ def main() -> None:
                         f"{result.wrong_hits}/{result.different} = {result.wrong_hit_rate:.2%} (threshold alone "
                         f"{result.threshold_only_wrong_hits}/{result.different}; without the content check "
                         f"{result.no_content_hits / max(result.same, 1):.1%} and {result.no_content_wrong_hits}/"
-                        f"{result.different}), lookup p50 "
+                        f"{result.different}; other checks alone {result.other_checks_hits / max(result.same, 1):.1%}"
+                        f" and {result.other_checks_wrong_hits}/{result.different}), lookup p50 "
                         f"{result.lookup_us['p50']:.1f} µs; target {verdict}")
     write_results("semantic_cache.md", lines, run="; ".join(runs))
 
