@@ -8,8 +8,9 @@ whether the request *contradicts* the example: a negation on one side only
 (also "stop sending", "stop cancel", "rather than", "undo"), opposed words (antonyms, negating
 and opposed prefixes, comparatives, "log in" / "logout"), two words that trade
 places, "to" against "from" the same place, swapped pronoun roles, different
-numbers, a part of the thing the other side names whole ("cancel one item from my order"). It shares the
-verifier's word tables and stemmer.
+numbers, a part of the thing the other side names whole ("cancel one item from my order"), the example's thing
+made part of another ("delete my account photo" / "delete my account"). It shares the verifier's word tables and
+stemmer.
 
 The example side is prepared once, when the rules load
 (``polarity(example, opposites=True)`` lists every word that would oppose it);
@@ -25,6 +26,8 @@ from typing import NamedTuple
 
 from laya.router.verifier import (
     ANTONYMS_OF,
+    DATE_WORDS,
+    FRAMING_VERBS,
     FUNCTION_WORDS,
     NEGATING_PREFIXES,
     NEGATIONS,
@@ -64,6 +67,12 @@ class Polarity(NamedTuple):
     parts: frozenset[tuple[bool, str, str]] = frozenset()
     """The things it takes a part of: (read as written, not by stem; the word; the plural after it, or "")
     ("cancel one item from my order": {(True, "order", "")})."""
+    text: str = ""
+    """The text as read (lower case), for :func:`_compound`'s look at the word after a thing."""
+    thing: tuple[str, str] = ("", "")
+    """Only with ``opposites``: the thing it ends on, after "my", "the", "a" ..., and the word before that
+    thing when both name it ("delete my profile picture": ("profile", "picture"); "cancel my order": ("",
+    "order")); ("", "") when it ends otherwise ("track order", "when will my package arrive")."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -203,7 +212,78 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     parts = frozenset(_parts(text)) if "of" in found or "from" in found else frozenset()
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
-                    frozenset(frames), frozenset(owners), parts)
+                    frozenset(frames), frozenset(owners), parts, text, _thing(text) if opposites else ("", ""))
+
+
+_DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
+                          "those"})
+_SAME_THING = frozenset({
+    "please", "pls", "thanks", "thank", "thx", "now", "asap", "again", "too", "also", "already", "instead", "first",
+    "right", "straight", "forever", "anymore", "altogether", "today", "tonight", "tomorrow", "soon", "later",
+    "immediately", "urgently", "quickly", "permanently", "completely", "entirely", "fully", "i", "we", "it", "you",
+    "thats", "cheers", "ok", "okay", "because", "since", "as", "so", "but", "and", "or", "then", "which", "where",
+    "when", "while", "via", "using", "ive", "im", "id", "number", "no", "ref", "reference", "before", "after", "until",
+    "till", "unless", "within", "once", "otherwise", "up", "down", "on", "off", "out", "over", "back", "away",
+    "around", "along", "together"})
+"""Words that may follow a thing without naming another ("cancel my order now", "... thanks", "... because i",
+"... number 4512", "turn the volume up"); so may any function word, a date word, a number or id, a word in "-ly",
+and, right after the thing, one in "-ing" or "-ed" ("my card ending in 4421", "my order shipped")."""
+_DO = frozenset({"do", "does", "did"})
+"""In a question with one of these the word after a thing is its verb: "what symptoms does the flu cause"."""
+_RAW = re.compile(r"[a-z0-9']+(?:[._-][a-z0-9']+)*|[^\sa-z0-9']")
+"""Words, ids ("inv-2043", "report_final.docx") and punctuation marks."""
+_ADVERB_LIKE_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "butterfly", "bully", "jelly", "belly"})
+
+
+def _thing(text: str) -> tuple[str, str]:
+    """:attr:`Polarity.thing` of a (lower-case) text."""
+    tokens = [token for token in _RAW.findall(text) if token.isalnum()]
+    if not _DO.isdisjoint(tokens):
+        return "", ""
+    # The last word that names a thing or is a determiner; the words after it only say how or when.
+    end = next((i for i in range(len(tokens) - 1, -1, -1) if _names(tokens[i]) or tokens[i] in _DETERMINERS), -1)
+    if end < 0 or not _names(tokens[end]):
+        return "", ""
+    start = end
+    while start > 0 and _names(tokens[start - 1]):
+        start -= 1
+    if start == 0 or tokens[start - 1] not in _DETERMINERS:
+        return "", ""
+    return (tokens[end - 1] if end > start else ""), tokens[end]
+
+
+def _names(word: str) -> bool:
+    """Whether ``word`` can name a thing (not a function word, negation, date, "-ly" word, or :data:`_SAME_THING`)."""
+    return word.isalpha() and not ((word in FUNCTION_WORDS and word not in FRAMING_VERBS) or word in NEGATIONS
+                                   or word in DATE_WORDS or word in _SAME_THING or word in _DETERMINERS
+                                   or _adverb(word))
+
+
+def _adverb(word: str) -> bool:
+    """"-ly" after five letters or more, but not "reply", "supply", "family" ..."""
+    return len(word) >= 6 and word.endswith("ly") and not word.endswith("ply") and word not in _ADVERB_LIKE_NOUNS
+
+
+def _compound(request: Polarity, example: Polarity) -> str:
+    """A thing the example ends on that the request makes part of another ("delete my account" / "delete my account
+    photo"), or a two-word thing of the example of which the request names the first word only ("delete my profile
+    picture" / "delete my profile"); or ""."""
+    modifier, head = example.thing
+    if modifier and word_stem(modifier) in request.words and word_stem(head) not in request.words:
+        return f"thing: {modifier + ' ' + head!r} in the example, {modifier!r} alone in the request"
+    stem = word_stem(head)
+    tokens = _RAW.findall(request.text)
+    if not _DO.isdisjoint(tokens):
+        return ""
+    # Its first mention only: "download the app from the app store".
+    i = next((i for i, token in enumerate(tokens[:-1]) if word_stem(token) == stem), -1)
+    if i < 0:
+        return ""
+    following = tokens[i + 1]
+    if _names(following) and not following.endswith(("ing", "ed")) and following not in example.words \
+            and not any(c.isdigit() for c in "".join(tokens[i + 2:i + 3])):
+        return f"thing: {tokens[i] + ' ' + following!r} in the request, {head!r} in the example"
+    return ""
 
 
 def _parts(text: str) -> Iterator[tuple[bool, str, str]]:
@@ -257,6 +337,8 @@ def clash(request: Polarity, example: Polarity) -> str:
     swapped = _traded(request.tokens, example.tokens)
     if swapped:
         return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
+    if example.thing[1] and (compound := _compound(request, example)):
+        return compound
     if not _DIRECTION_WORDS.isdisjoint(request.words) or not _DIRECTION_WORDS.isdisjoint(example.words):
         # "transfer money to / from (out of) my savings", "copy the contacts onto / off my phone"
         towards, away = _ends(request.tokens), _ends(example.tokens)
@@ -317,7 +399,7 @@ _OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/u
                           for one, other in (pair.split("/"), pair.split("/")[::-1]))
 """Prefixes that say opposite things: "upvote" / "downvote", "reconnect" / "disconnect", "reactivate" /
 "deactivate"."""
-_ARTICLES = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that"})
+_ARTICLES = _DETERMINERS - {"these", "those"}
 
 
 def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:

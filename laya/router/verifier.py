@@ -173,7 +173,7 @@ _UNITS = {
     "amp": "a", "calorie": "kcal", "kcal": "kcal", "acre": "acre", "hectare": "ha", "pixel": "px", "px": "px",
     "dpi": "dpi",
 }
-_DATES = _words(
+DATE_WORDS = _words(
     "january february march april may june july august september october november december jan feb mar apr jun "
     "jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu "
     "thur thurs fri sat sun today tomorrow yesterday tonight morning afternoon evening night noon midnight "
@@ -484,7 +484,7 @@ def analyse(text: str) -> Words:
                 units.add(unit)
                 key = "unit:" + unit
             else:
-                if token in _DATES and (token not in ("am", "pm") or after_number):
+                if token in DATE_WORDS and (token not in ("am", "pm") or after_number):
                     dates.add(token[:3] if token in _CALENDAR else token)
                     if token in _CALENDAR:  # "ends May 5, starts June 5" / "ends June 5, starts May 5"
                         key = "date:" + token[:3]
@@ -505,7 +505,7 @@ def analyse(text: str) -> Words:
                 elif (token in FRAMING_VERBS or token == "let") and i > 0:
                     content.add(stem)  # not where it opens the request: "How to give a massage" is no frame
                     key = stem  # "Will my parents let me get a tattoo?" is not "Will my parents get a tattoo?"
-                elif not (token in FUNCTION_WORDS or token in _PAST or token in _FUTURE or token in _DATES):
+                elif not (token in FUNCTION_WORDS or token in _PAST or token in _FUTURE or token in DATE_WORDS):
                     content.add(stem)
                     key = stem
                     if i < instruction_end:
@@ -603,7 +603,7 @@ def _prepositions(tokens: list[str]) -> list[tuple[str, str]]:
                 j += 1
             if j == len(tokens) or tokens[j] in _PREPOSITIONS:
                 found.append((token, ""))
-            elif tokens[j] not in FUNCTION_WORDS and tokens[j] not in _DATES:
+            elif tokens[j] not in FUNCTION_WORDS and tokens[j] not in DATE_WORDS:
                 found.append((token, _key(tokens[j])))
     return found
 

@@ -100,6 +100,27 @@ def test_the_part_check_lets_same_requests_with_of_and_from_through() -> None:
     assert len(cases) >= 400 and len(refused) <= 0.05 * len(cases), refused
 
 
+def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> None:
+    # tests/data/intent_compound_things.jsonl: 120 requests a reviewer wrote, without reading the guard, that name
+    # another thing through a compound ("delete my account photo" / "delete my account", "delete my profile" /
+    # "delete my profile picture"); 52 matched their example before the guard read compounds. One still does: a
+    # word in "-ing" after the example's thing is read as a participle ("my card ending in 4421"), not a thing.
+    cases = [json.loads(line) for line in (DATA / "intent_compound_things.jsonl").read_text().splitlines()]
+    matched = [(case["example"], case["request"]) for case in cases
+               if index(rule(case["example"])).match(normalise(case["request"])) is not None]
+    assert len(cases) >= 100 and matched == [("delete my voicemail", "delete my voicemail greeting")]
+
+
+def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:
+    # tests/data/intent_same_thing_trailing.jsonl: 150 requests the same reviewer wrote to mean their example with
+    # words after its thing ("cancel my order asap", "... 4512", "... from yesterday", "..., i changed my mind",
+    # "update my card ending in 4421"): the compound check refuses none.
+    cases = [json.loads(line) for line in (DATA / "intent_same_thing_trailing.jsonl").read_text().splitlines()]
+    refused = [case for case in cases
+               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)).startswith("thing")]
+    assert len(cases) >= 100 and not refused, refused
+
+
 def test_an_unrelated_request_matches_nothing() -> None:
     assert index(TRACK, REFUND).match(normalise("Write a haiku about queues")) is None
 
