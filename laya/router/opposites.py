@@ -44,6 +44,19 @@ from laya.router.verifier import (
 __all__ = ["Polarity", "clash", "polarity"]
 
 
+class Thing(NamedTuple):
+    """The thing a text ends on, after "my", "the", "a" ...: "delete my profile picture" ends on "picture", and
+    "profile" is its modifier; "cancel my order" ends on "order", with no modifier."""
+
+    head: str
+    modifier: str
+    head_stem: str
+    modifier_stem: str
+    after: re.Pattern[str]
+    """Finds the head's first mention in a request and the two words after it (the first a word or an id:
+    "my order 4512", "my order confirmation email")."""
+
+
 class Polarity(NamedTuple):
     """What :func:`clash` compares of a short text: its words and how many negations it holds. (A named tuple:
     one is made per request that matches an intent, and a tuple is the cheapest immutable record to make.)"""
@@ -69,10 +82,9 @@ class Polarity(NamedTuple):
     ("cancel one item from my order": {(True, "order", "")})."""
     text: str = ""
     """The text as read (lower case), for :func:`_compound`'s look at the word after a thing."""
-    thing: tuple[str, str] = ("", "")
-    """Only with ``opposites``: the thing it ends on, after "my", "the", "a" ..., and the word before that
-    thing when both name it ("delete my profile picture": ("profile", "picture"); "cancel my order": ("",
-    "order")); ("", "") when it ends otherwise ("track order", "when will my package arrive")."""
+    thing: Thing | None = None
+    """Only with ``opposites``: the thing it ends on, or None when it ends otherwise ("track order", "when will
+    my package arrive")."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -212,7 +224,7 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     parts = frozenset(_parts(text)) if "of" in found or "from" in found else frozenset()
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
-                    frozenset(frames), frozenset(owners), parts, text, _thing(text) if opposites else ("", ""))
+                    frozenset(frames), frozenset(owners), parts, text, _thing(text) if opposites else None)
 
 
 _DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
@@ -230,26 +242,30 @@ _SAME_THING = frozenset({
 and, right after the thing, one in "-ing" or "-ed" ("my card ending in 4421", "my order shipped")."""
 _DO = frozenset({"do", "does", "did"})
 """In a question with one of these the word after a thing is its verb: "what symptoms does the flu cause"."""
-_RAW = re.compile(r"[a-z0-9']+(?:[._-][a-z0-9']+)*|[^\sa-z0-9']")
-"""Words, ids ("inv-2043", "report_final.docx") and punctuation marks."""
+_ID = r"[a-z0-9']+(?:[._-][a-z0-9']+)*"
+"""A word or an id ("inv-2043", "report_final.docx")."""
+_RAW = re.compile(rf"{_ID}|[^\sa-z0-9']")
+"""Words, ids and punctuation marks."""
 _ADVERB_LIKE_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "butterfly", "bully", "jelly", "belly"})
 
 
-def _thing(text: str) -> tuple[str, str]:
+def _thing(text: str) -> Thing | None:
     """:attr:`Polarity.thing` of a (lower-case) text."""
     tokens = [token for token in _RAW.findall(text) if token.isalnum()]
     if not _DO.isdisjoint(tokens):
-        return "", ""
+        return None
     # The last word that names a thing or is a determiner; the words after it only say how or when.
     end = next((i for i in range(len(tokens) - 1, -1, -1) if _names(tokens[i]) or tokens[i] in _DETERMINERS), -1)
     if end < 0 or not _names(tokens[end]):
-        return "", ""
+        return None
     start = end
     while start > 0 and _names(tokens[start - 1]):
         start -= 1
     if start == 0 or tokens[start - 1] not in _DETERMINERS:
-        return "", ""
-    return (tokens[end - 1] if end > start else ""), tokens[end]
+        return None
+    head, modifier = tokens[end], tokens[end - 1] if end > start else ""
+    after = re.compile(rf"\b{re.escape(word_stem(head))}[a-z']*(?: +({_ID}))?(?: +(\S+))?")
+    return Thing(head, modifier, word_stem(head), word_stem(modifier) if modifier else "", after)
 
 
 def _names(word: str) -> bool:
@@ -268,21 +284,17 @@ def _compound(request: Polarity, example: Polarity) -> str:
     """A thing the example ends on that the request makes part of another ("delete my account" / "delete my account
     photo"), or a two-word thing of the example of which the request names the first word only ("delete my profile
     picture" / "delete my profile"); or ""."""
-    modifier, head = example.thing
-    if modifier and word_stem(modifier) in request.words and word_stem(head) not in request.words:
-        return f"thing: {modifier + ' ' + head!r} in the example, {modifier!r} alone in the request"
-    stem = word_stem(head)
-    tokens = _RAW.findall(request.text)
-    if not _DO.isdisjoint(tokens):
+    thing = example.thing
+    assert thing is not None
+    if thing.modifier and thing.modifier_stem in request.words and thing.head_stem not in request.words:
+        return f"thing: {thing.modifier + ' ' + thing.head!r} in the example, {thing.modifier!r} alone in the request"
+    mention = thing.after.search(request.text)  # its first mention only: "download the app from the app store"
+    if mention is None or not _DO.isdisjoint(request.tokens):
         return ""
-    # Its first mention only: "download the app from the app store".
-    i = next((i for i, token in enumerate(tokens[:-1]) if word_stem(token) == stem), -1)
-    if i < 0:
-        return ""
-    following = tokens[i + 1]
-    if _names(following) and not following.endswith(("ing", "ed")) and following not in example.words \
-            and not any(c.isdigit() for c in "".join(tokens[i + 2:i + 3])):
-        return f"thing: {tokens[i] + ' ' + following!r} in the request, {head!r} in the example"
+    following, then = mention.group(1, 2)
+    if following and _names(following) and not following.endswith(("ing", "ed")) \
+            and following not in example.words and not (then and any(c.isdigit() for c in then)):
+        return f"thing: {thing.head + ' ' + following!r} in the request, {thing.head!r} in the example"
     return ""
 
 
@@ -337,7 +349,7 @@ def clash(request: Polarity, example: Polarity) -> str:
     swapped = _traded(request.tokens, example.tokens)
     if swapped:
         return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
-    if example.thing[1] and (compound := _compound(request, example)):
+    if example.thing is not None and (compound := _compound(request, example)):
         return compound
     if not _DIRECTION_WORDS.isdisjoint(request.words) or not _DIRECTION_WORDS.isdisjoint(example.words):
         # "transfer money to / from (out of) my savings", "copy the contacts onto / off my phone"
