@@ -20,8 +20,8 @@ dates, tense, question words, entities, order, roles ...) in force:
   content check for the paraphrases it refuses.
 
 Target, as for Laya's cache: wrong hits < 1 % with at least half the
-paraphrases hit. Each sentence costs about 10 ms on this CPU (one thread),
-against 29 µs for wordllama.
+paraphrases hit. Each sentence costs milliseconds on a CPU (the results file
+says how many), against microseconds for wordllama.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from laya.router.verifier import (
     ANTONYMS_OF,
+    COMPARATIVES,
     DATE_WORDS,
     FRAMING_VERBS,
     FUNCTION_WORDS,
@@ -45,16 +46,19 @@ __all__ = ["Polarity", "clash", "polarity"]
 
 
 class Thing(NamedTuple):
-    """The thing a text ends on, after "my", "the", "a" ...: "delete my profile picture" ends on "picture", and
-    "profile" is its modifier; "cancel my order" ends on "order", with no modifier."""
+    """The thing a text ends on, after "my", "the", "a" ...: "delete my profile picture" ends on "picture", the
+    words naming it start at "profile"; "cancel my order" ends on "order", named by that word alone."""
 
     head: str
-    modifier: str
+    first: str
+    """The first word naming it when that is not ``head`` ("profile"), else ""."""
     head_stem: str
-    modifier_stem: str
-    after: re.Pattern[str]
+    first_stem: str
+    after_head: re.Pattern[str]
     """Finds the head's first mention in a request and the two words after it (the first a word or an id:
     "my order 4512", "my order confirmation email")."""
+    after_first: re.Pattern[str] | None
+    """Finds the first word's first mention in a request and the word after it."""
 
 
 class Polarity(NamedTuple):
@@ -230,18 +234,27 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
 _DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
                           "those"})
 _SAME_THING = frozenset({
-    "please", "pls", "thanks", "thank", "thx", "now", "asap", "again", "too", "also", "already", "instead", "first",
-    "right", "straight", "forever", "anymore", "altogether", "today", "tonight", "tomorrow", "soon", "later",
-    "immediately", "urgently", "quickly", "permanently", "completely", "entirely", "fully", "i", "we", "it", "you",
-    "thats", "cheers", "ok", "okay", "because", "since", "as", "so", "but", "and", "or", "then", "which", "where",
-    "when", "while", "via", "using", "ive", "im", "id", "number", "no", "ref", "reference", "before", "after", "until",
-    "till", "unless", "within", "once", "otherwise", "up", "down", "on", "off", "out", "over", "back", "away",
-    "around", "along", "together"})
-"""Words that may follow a thing without naming another ("cancel my order now", "... thanks", "... because i",
-"... number 4512", "turn the volume up"); so may any function word, a date word, a number or id, a word in "-ly",
-and, right after the thing, one in "-ing" or "-ed" ("my card ending in 4421", "my order shipped")."""
-_DO = frozenset({"do", "does", "did"})
-"""In a question with one of these the word after a thing is its verb: "what symptoms does the flu cause"."""
+    "please", "pls", "plz", "thanks", "thank", "thx", "cheers", "ok", "okay", "hello", "hi", "lol", "rn", "mate",
+    "tho", "now", "asap", "pronto", "again", "too", "also", "already", "instead", "first", "right", "straight",
+    "quick", "real", "forever", "anymore", "altogether", "regardless", "effective", "today", "tonight", "tomorrow",
+    "soon", "later", "immediately", "urgently", "quickly", "permanently", "completely", "entirely", "fully", "i", "we",
+    "it", "you", "thats", "ive", "im", "because", "cause", "cuz", "since", "as", "so", "but", "and", "or", "then",
+    "which", "where", "when", "while", "via", "using", "before", "after", "until", "till", "unless", "within", "once",
+    "otherwise", "up", "down", "on", "off", "out", "over", "back", "away", "around", "along", "together",
+    "is", "are", "was", "were", "has", "have", "had", "will", "would", "can", "could", "should", "must", "may",
+    "might", "shall", "needs", "keeps", "details", "info", "information", "status"})
+"""Words that may follow a thing without naming another: "cancel my order now", "... thanks", "... because i",
+"turn the volume up", "my subscription should be cancelled", "update my card details". So may any function word,
+a date word, a number or id, a comparative, a word in "-ly", and, right after the thing, a past form or one in "-ing"
+("my order sent yesterday", "my card ending in 4421")."""
+_ID_WORDS = frozenset({"number", "id", "no", "ref", "reference"})
+"""Words that name an id when a number follows ("my order number 4512"), and another thing when none does ("my
+phone number")."""
+_AUXILIARIES = frozenset({"do", "does", "did", "is", "are", "was", "were", "will", "would", "can", "could", "should",
+                          "shall", "may", "might", "must", "has", "have", "had"})
+_COPULAS = frozenset({"is", "are", "was", "were", "am"})
+_DO_SUBJECT = re.compile(r"\b(?:do|does|did) (?:a|an|the|my|your|our|his|her|their|this|that|these|those)\b")
+"""A thing that is the subject of a question, its verb after it: "what symptoms does the flu cause"."""
 _ID = r"[a-z0-9']+(?:[._-][a-z0-9']+)*"
 """A word or an id ("inv-2043", "report_final.docx")."""
 _RAW = re.compile(rf"{_ID}|[^\sa-z0-9']")
@@ -250,10 +263,11 @@ _ADVERB_LIKE_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "bu
 
 
 def _thing(text: str) -> Thing | None:
-    """:attr:`Polarity.thing` of a (lower-case) text."""
-    tokens = [token for token in _RAW.findall(text) if token.isalnum()]
-    if not _DO.isdisjoint(tokens):
+    """:attr:`Polarity.thing` of a (lower-case) text: None when it does not end on a thing after a determiner, or is
+    not ASCII (the check reads English words; "delete my café" is left to the other checks)."""
+    if not text.isascii():
         return None
+    tokens = [token for token in _RAW.findall(text) if token.isalnum()]
     # The last word that names a thing or is a determiner; the words after it only say how or when.
     end = next((i for i in range(len(tokens) - 1, -1, -1) if _names(tokens[i]) or tokens[i] in _DETERMINERS), -1)
     if end < 0 or not _names(tokens[end]):
@@ -261,18 +275,25 @@ def _thing(text: str) -> Thing | None:
     start = end
     while start > 0 and _names(tokens[start - 1]):
         start -= 1
-    if start == 0 or tokens[start - 1] not in _DETERMINERS:
-        return None
-    head, modifier = tokens[end], tokens[end - 1] if end > start else ""
-    after = re.compile(rf"\b{re.escape(word_stem(head))}[a-z']*(?: +({_ID}))?(?: +(\S+))?")
-    return Thing(head, modifier, word_stem(head), word_stem(modifier) if modifier else "", after)
+    if start < 2 or tokens[start - 1] not in _DETERMINERS:
+        return None  # no determiner, or a sentence that opens with its subject: "the website loads slowly"
+    if end > start and tokens[start - 2] in _AUXILIARIES:
+        return None  # a subject and its verb: "when will my package arrive", "does the flu cause"
+    if tokens[0] in _COPULAS:
+        return None  # what it is, not what to do to it: "is 97 a prime number" asks "is 97 prime"
+    head, first = tokens[end], tokens[start] if end > start else ""
+    head_stem, first_stem = word_stem(head), word_stem(first) if first else ""
+    after_first = re.compile(rf"\b(?:{first}|{first_stem})[a-z']*(?: +({_ID}))?") if first else None
+    return Thing(head, first, head_stem, first_stem,
+                 re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?: +({_ID}))?(?: +(\S+))?"), after_first)
 
 
 def _names(word: str) -> bool:
-    """Whether ``word`` can name a thing (not a function word, negation, date, "-ly" word, or :data:`_SAME_THING`)."""
+    """Whether ``word`` can name a thing: not a function word, negation, date, comparative, "-ly" word, or one of
+    :data:`_SAME_THING`."""
     return word.isalpha() and not ((word in FUNCTION_WORDS and word not in FRAMING_VERBS) or word in NEGATIONS
-                                   or word in DATE_WORDS or word in _SAME_THING or word in _DETERMINERS
-                                   or _adverb(word))
+                                   or word in DATE_WORDS or word in COMPARATIVES or word in _SAME_THING
+                                   or word in _DETERMINERS or _adverb(word))
 
 
 def _adverb(word: str) -> bool:
@@ -282,20 +303,25 @@ def _adverb(word: str) -> bool:
 
 def _compound(request: Polarity, example: Polarity) -> str:
     """A thing the example ends on that the request makes part of another ("delete my account" / "delete my account
-    photo"), or a two-word thing of the example of which the request names the first word only ("delete my profile
+    photo"), or a thing of the example's words of which the request names the first only ("delete my profile
     picture" / "delete my profile"); or ""."""
     thing = example.thing
     assert thing is not None
-    if thing.modifier and thing.modifier_stem in request.words and thing.head_stem not in request.words:
-        return f"thing: {thing.modifier + ' ' + thing.head!r} in the example, {thing.modifier!r} alone in the request"
-    mention = thing.after.search(request.text)  # its first mention only: "download the app from the app store"
-    if mention is None or not _DO.isdisjoint(request.tokens):
+    if thing.after_first is not None and thing.first_stem in request.words and thing.head_stem not in request.words:
+        mention = thing.after_first.search(request.text)
+        # Not when another word names a thing after it: "my profile photo", "a real human" may say the same.
+        if mention is not None and not (mention.group(1) and _names(mention.group(1))):
+            return f"thing: {thing.first!r} ... {thing.head!r} in the example, {thing.first!r} alone in the request"
+    mention = thing.after_head.search(request.text)  # its first mention only: "download the app from the app store"
+    if mention is None or ("do" in request.text and _DO_SUBJECT.search(request.text)):
         return ""
     following, then = mention.group(1, 2)
-    if following and _names(following) and not following.endswith(("ing", "ed")) \
-            and following not in example.words and not (then and any(c.isdigit() for c in then)):
-        return f"thing: {thing.head + ' ' + following!r} in the request, {thing.head!r} in the example"
-    return ""
+    if not following or not _names(following) or following in example.words or past_form(following) \
+            or following.endswith("ing"):
+        return ""
+    if following in _ID_WORDS and then and any(c.isdigit() for c in then):
+        return ""
+    return f"thing: {thing.head + ' ' + following!r} in the request, {thing.head!r} in the example"
 
 
 def _parts(text: str) -> Iterator[tuple[bool, str, str]]:

@@ -187,7 +187,7 @@ _CALENDAR = _words(
 "weekday", "monthly" / "Monday")."""
 _PAST = frozenset({"did", "was", "were", "had", "ago", "yesterday", "last", "previous", "happened", "used"})
 _FUTURE = frozenset({"will", "shall", "gonna", "tomorrow", "next", "upcoming"})
-_COMPARATIVES = _words(
+COMPARATIVES = _words(
     "more less fewer most least better best worse worst higher highest lower lowest larger largest smaller "
     "smallest bigger biggest cheaper cheapest faster fastest slower slowest greater greatest older oldest newer "
     "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
@@ -496,7 +496,7 @@ def analyse(text: str) -> Words:
                     tense.add("perfect")
                 if token == "being":  # "Is the bridge being built?" is not "Is the bridge built?"
                     tense.add("progressive")
-                if token in _COMPARATIVES:
+                if token in COMPARATIVES:
                     comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
                 elif token in _QUESTION_WORDS:
                     questions.add(_QUESTION_WORDS[token])

@@ -81,7 +81,9 @@ def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_i
 
 def test_the_guard_lets_paraphrases_through() -> None:
     # The guard's checks must not refuse what people write for the same thing: on the paraphrase pairs of our
-    # two labelled sets (both directions), at most 2 % refused (10 of 684 when this was written).
+    # two labelled sets (both directions), at most 2 % refused (10 of 684 when this was written, 13 since the
+    # compound check: "Sort the list in ascending order" / "Please sort the list ascending" reads as "list ascending
+    # order").
     pairs = [json.loads(line) for name in ("semantic_pairs.jsonl", "semantic_pairs_templated.jsonl")
              for line in (DATA / name).read_text().splitlines()]
     sides = [(a, b) for pair in pairs if pair["same"] for a, b in ((pair["a"], pair["b"]), (pair["b"], pair["a"]))]
@@ -103,22 +105,34 @@ def test_the_part_check_lets_same_requests_with_of_and_from_through() -> None:
 def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> None:
     # tests/data/intent_compound_things.jsonl: 120 requests a reviewer wrote, without reading the guard, that name
     # another thing through a compound ("delete my account photo" / "delete my account", "delete my profile" /
-    # "delete my profile picture"); 52 matched their example before the guard read compounds. One still does: a
-    # word in "-ing" after the example's thing is read as a participle ("my card ending in 4421"), not a thing.
+    # "delete my profile picture"), and 14 a second reviewer found getting past the first version of the check.
+    # 52 of the first 120 matched their example before the guard read compounds. The guard lets these through:
+    # a thing without "my", "the" ... before it, a word in "-ing" after the thing (read like "my card ending in
+    # 4421"), a hyphen.
     cases = [json.loads(line) for line in (DATA / "intent_compound_things.jsonl").read_text().splitlines()]
-    matched = [(case["example"], case["request"]) for case in cases
-               if index(rule(case["example"])).match(normalise(case["request"])) is not None]
-    assert len(cases) >= 100 and matched == [("delete my voicemail", "delete my voicemail greeting")]
+    passed = {(case["example"], case["request"]) for case in cases
+              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))}
+    assert len(cases) >= 130 and passed == {
+        ("turn off location", "turn off location history"), ("turn off autopay", "turn off autopay notifications"),
+        ("reset password", "reset password hint"), ("delete my voicemail", "delete my voicemail greeting"),
+        ("delete my voicemail", "delete my voicemail recording"), ("delete my account", "delete my account-photo")}
+    matched = [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None]
+    assert [(case["example"], case["request"]) for case in matched] == [
+        ("delete my voicemail", "delete my voicemail greeting"), ("delete my voicemail", "delete my voicemail recording"),
+        ("reset password", "reset password hint"), ("delete my account", "delete my account-photo")]
 
 
 def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:
-    # tests/data/intent_same_thing_trailing.jsonl: 150 requests the same reviewer wrote to mean their example with
+    # tests/data/intent_same_thing_trailing.jsonl: 150 requests the first reviewer wrote to mean their example with
     # words after its thing ("cancel my order asap", "... 4512", "... from yesterday", "..., i changed my mind",
-    # "update my card ending in 4421"): the compound check refuses none.
+    # "update my card ending in 4421"), and 25 the second found refused by the first version ("when will my package
+    # come", "my subscription should be cancelled", "delete my profile photo", "update my résumé"). The compound
+    # check refuses none; the guard's other checks refuse 10, each a clause with a negation or a past tense ("delete
+    # my account because i no longer use it"), as they did before.
     cases = [json.loads(line) for line in (DATA / "intent_same_thing_trailing.jsonl").read_text().splitlines()]
-    refused = [case for case in cases
-               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)).startswith("thing")]
-    assert len(cases) >= 100 and not refused, refused
+    reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
+    assert len(cases) >= 170 and not [r for r in reasons if r.startswith("thing")]
+    assert sum(map(bool, reasons)) == 10 and all(r.startswith(("negation", "tense")) for r in reasons if r)
 
 
 def test_an_unrelated_request_matches_nothing() -> None:

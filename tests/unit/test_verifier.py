@@ -152,7 +152,6 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_lea
         # The other checks alone, whatever the similarity, pass paraphrases the threshold keeps out: the bound on
         # what an embedder in the content check's place could gain.
         assert result.other_checks_hits > result.no_content_hits
-        assert result.other_checks_wrong_hits >= result.no_content_wrong_hits
 
 
 def test_no_pair_a_red_team_wrote_against_the_verifier_is_a_wrong_hit() -> None:
