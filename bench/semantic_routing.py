@@ -2,6 +2,7 @@
 
     python bench/semantic_routing.py          # writes bench/results/semantic_routing.md (three whole runs)
     python bench/semantic_routing.py --kernel avx2   # as on a CPU without AVX-512 VNNI: semantic_routing_avx2.md
+    python bench/semantic_routing.py --results semantic_routing_epyc.md   # another machine, its own file
     laya bench routing --semantic --json      # the same measurement
 
 In the same run: the exact path (requests a pattern or the exact cache answers)
@@ -32,16 +33,18 @@ def main() -> None:
     parser.add_argument("--kernel", choices=["avx2", "none"],
                         help="the C kernel, below the best this CPU has: avx2, or none (numpy alone, as without a "
                              "C compiler); written to semantic_routing_<kernel>.md")
+    parser.add_argument("--results", help="the results file's name in bench/results/ (default semantic_routing.md, "
+                                          "or semantic_routing_<kernel>.md): a machine of another kind gets its own")
     args = parser.parse_args()
-    name = "semantic_routing.md"
+    name = args.results or "semantic_routing.md"
     if args.kernel:
         from laya.router.vectorindex import _scan
 
         if _scan is None:
             parser.error("the C kernel is not built (pip install -e . with a C compiler)")
         _scan.select(args.kernel)
-        name = f"semantic_routing_{args.kernel}.md"
-    lines = ["# Semantic intents: routing decision in process", ""]
+        name = args.results or f"semantic_routing_{args.kernel}.md"
+    lines = ["# Semantic intents: routing decision in process", "", f"CPU: {_cpu_name()}, {os.cpu_count()} cores.", ""]
     if args.kernel:
         lines += [f"The vector index's kernel: {args.kernel} (`--kernel`), not the best this CPU has.", ""]
     verdicts = []
@@ -61,6 +64,14 @@ def main() -> None:
                         f"{result.index_search['p50']:.2f} µs vs matrix product "
                         f"{result.brute_force_search['p50']:.2f} µs; target {verdict}; {load}")
     write_results(name, lines, run=" / ".join(verdicts))
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+    except OSError:
+        return "unknown"
 
 
 if __name__ == "__main__":
