@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from laya.router.verifier import (
     ANTONYMS_OF,
+    AUXILIARIES,
     COMPARATIVES,
     DATE_WORDS,
     FRAMING_VERBS,
@@ -250,8 +251,6 @@ a date word, a number or id, a comparative, a word in "-ly", and, right after th
 _ID_WORDS = frozenset({"number", "id", "no", "ref", "reference"})
 """Words that name an id when a number follows ("my order number 4512"), and another thing when none does ("my
 phone number")."""
-_AUXILIARIES = frozenset({"do", "does", "did", "is", "are", "was", "were", "will", "would", "can", "could", "should",
-                          "shall", "may", "might", "must", "has", "have", "had"})
 _COPULAS = frozenset({"is", "are", "was", "were", "am"})
 _DO_SUBJECT = re.compile(r"\b(?:do|does|did) (?:a|an|the|my|your|our|his|her|their|this|that|these|those)\b")
 """A thing that is the subject of a question, its verb after it: "what symptoms does the flu cause"."""
@@ -277,7 +276,7 @@ def _thing(text: str) -> Thing | None:
         start -= 1
     if start < 2 or tokens[start - 1] not in _DETERMINERS:
         return None  # no determiner, or a sentence that opens with its subject: "the website loads slowly"
-    if end > start and tokens[start - 2] in _AUXILIARIES:
+    if end > start and tokens[start - 2] in AUXILIARIES:
         return None  # a subject and its verb: "when will my package arrive", "does the flu cause"
     if tokens[0] in _COPULAS:
         return None  # what it is, not what to do to it: "is 97 a prime number" asks "is 97 prime"

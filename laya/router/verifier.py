@@ -415,7 +415,7 @@ def _framed(lowered: str) -> str:
 
 
 _CLAUSE = re.compile(r"[.,;!?\n]|\b(?:but|and|or|while|whereas|although|though|however|yet)\b")
-_AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "has", "have", "had", "can",
+AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "has", "have", "had", "can",
                           "could", "should", "would", "will", "must", "may", "might", "shall"})
 
 
@@ -527,7 +527,7 @@ def analyse(text: str) -> Words:
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
                  word_stem(tokens[0]) if tokens and tokens[0] not in FUNCTION_WORDS else "",
                  _negated(lowered) if negations else (), _closing(lowered) if payload else None,
-                 bool(tokens) and tokens[0] in _AUXILIARIES)
+                 bool(tokens) and tokens[0] in AUXILIARIES)
 
 
 _OPERATOR_CHARS = re.compile(r"[-+*/=<>!&|^~#]|\[[^\[\]\n]*:")
