@@ -82,9 +82,6 @@ class Polarity(NamedTuple):
     owners: frozenset[str] = frozenset()
     """Whose things it names: its possessive pronouns and the nouns before an "'s" ("cancel my wife's
     subscription": {"my", "wife"})."""
-    past: frozenset[str] = frozenset()
-    """Its words that put it in the past (:data:`_PAST`), before a reason it gives ("change my password because it
-    was leaked": none)."""
     parts: frozenset[tuple[bool, str, str]] = frozenset()
     """The things it takes a part of: (read as written, not by stem; the word; the plural after it, or "")
     ("cancel one item from my order": {(True, "order", "")})."""
@@ -230,26 +227,9 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     if "if" in frames and not _CONDITION.search(text):
         frames = frames - {"if"}  # only "if possible", "if you can": politeness
     parts = frozenset(_parts(text)) if "of" in found or "from" in found else frozenset()
-    own = _before_reason(text) if _REASON_CUES.search(text) else found
-    return Polarity(words, sum(map(NEGATIONS.__contains__, own)) + stopping,
+    return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
-                    frozenset(frames), frozenset(owners), _PAST.intersection(own), parts, text,
-                    _thing(text) if opposites else None)
-
-
-_REASON_CUES = re.compile("because|since|cause|cuz|coz")
-_REASON = re.compile(r"\b(?:because|since|cause|cuz|coz)\b")
-
-
-def _before_reason(text: str) -> list[str]:
-    """The words of ``text`` before a reason it gives after the request ("delete my account because i no longer use
-    it", "cancel my subscription since i never use it"): a negation or a past there is the reason's, not the
-    request's. Not a reason given first ("because i moved, don't cancel my order"), or one a clause follows."""
-    reason = _REASON.search(text)
-    if reason is None or "," in text[reason.end():]:
-        return _LETTERS.findall(text)
-    before = _LETTERS.findall(text, 0, reason.start())
-    return before or _LETTERS.findall(text)
+                    frozenset(frames), frozenset(owners), parts, text, _thing(text) if opposites else None)
 
 
 _DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
@@ -374,8 +354,8 @@ def clash(request: Polarity, example: Polarity) -> str:
     for one, other in ((request, example), (example, request)):
         # "has my order been cancelled", "i already reset my password" / a request to do it; not "is my package
         # delivered" (a past form on the other side too)
-        if one.past and not other.past and not _past_form(other):
-            return f"tense: {sorted(one.past)} on one side only"
+        if not _PAST.isdisjoint(one.words) and _PAST.isdisjoint(other.words) and not _past_form(other):
+            return f"tense: {sorted(_PAST & one.words)} on one side only"
     if request.owners and example.owners and request.owners != example.owners:  # "my" / "my wife's subscription"
         return f"owners: {sorted(request.owners)} vs {sorted(example.owners)}"
     if not (request.parts and example.parts):  # both taking a part of something: the other checks compare them

@@ -127,29 +127,12 @@ def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() 
     # words after its thing ("cancel my order asap", "... 4512", "... from yesterday", "..., i changed my mind",
     # "update my card ending in 4421"), and 25 the second found refused by the first version ("when will my package
     # come", "my subscription should be cancelled", "delete my profile photo", "update my résumé"). The compound
-    # check refuses none; the guard's other checks refuse 6, each a clause after a comma, "so" or "as" with a
-    # negation or a past tense ("delete my account, i don't want it anymore"); 10 before a reason given with
-    # "because" or "since" was read apart.
+    # check refuses none; the guard's other checks refuse 10, each a clause with a negation or a past tense ("delete
+    # my account because i no longer use it"), as they did before.
     cases = [json.loads(line) for line in (DATA / "intent_same_thing_trailing.jsonl").read_text().splitlines()]
     reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
     assert len(cases) >= 170 and not [r for r in reasons if r.startswith("thing")]
-    assert sum(map(bool, reasons)) == 6 and all(r.startswith(("negation", "tense")) for r in reasons if r)
-
-
-@pytest.mark.parametrize(("example", "request_text", "reason"), [
-    ("delete my account", "delete my account because i no longer use it", ""),
-    ("cancel my subscription", "cancel my subscription since i never use it", ""),
-    ("change my password", "change my password because it was leaked", ""),
-    # The request's own negation or past, before the reason or after a reason given first: still refused.
-    ("cancel my order", "don't cancel my order because i need it", "negation"),
-    ("cancel my order", "because i moved, don't cancel my order", "negation"),
-    ("cancel my order", "cancel my order because i moved, no wait, don't cancel it", "negation"),
-    ("cancel my order", "has my order been cancelled because i was charged", "tense"),
-    ("reset my password", "i already reset my password since it was leaked", "tense"),
-])
-def test_a_reason_given_after_the_request_is_not_the_request(example: str, request_text: str, reason: str) -> None:
-    said = clash(polarity(normalise(request_text)), polarity(example, opposites=True))
-    assert said.partition(":")[0] == reason, said
+    assert sum(map(bool, reasons)) == 10 and all(r.startswith(("negation", "tense")) for r in reasons if r)
 
 
 def test_an_unrelated_request_matches_nothing() -> None:
