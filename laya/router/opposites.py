@@ -239,7 +239,7 @@ _SAME_THING = frozenset({
     "tho", "now", "asap", "pronto", "again", "too", "also", "already", "instead", "first", "right", "straight",
     "quick", "real", "forever", "anymore", "altogether", "regardless", "effective", "today", "tonight", "tomorrow",
     "soon", "later", "immediately", "urgently", "quickly", "permanently", "completely", "entirely", "fully", "i", "we",
-    "it", "you", "thats", "ive", "im", "because", "cause", "cuz", "since", "as", "so", "but", "and", "or", "then",
+    "it", "you", "thats", "ive", "im", "because", "cause", "cuz", "coz", "cos", "bc", "since", "as", "so", "but", "and", "or", "then",
     "which", "where", "when", "while", "via", "using", "before", "after", "until", "till", "unless", "within", "once",
     "otherwise", "up", "down", "on", "off", "out", "over", "back", "away", "around", "along", "together",
     "is", "are", "was", "were", "has", "have", "had", "will", "would", "can", "could", "should", "must", "may",

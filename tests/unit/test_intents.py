@@ -70,9 +70,11 @@ def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_i
     # "you owe me" / "I owe you", upgrade / downgrade, "don’t" with a phone's apostrophe, "dont", confirm /
     # cancel, 7 am / 7 pm, minutes / hours, out of / into, "why did you cancel", "one item from my order" / "my
     # order" ...; each request said the opposite (or asked about the example rather than for it, or for a part
-    # of it) and passed the guard of its day.
+    # of it) and passed the guard of its day. The last 92 passed a rule, tried and dropped on 6 December, that let
+    # a reason after the request ("because i no longer use it") keep its negation and tense to itself: "cancel my
+    # order because it's late. no wait don't", "pay my bill since i already paid it twice".
     cases = [json.loads(line) for line in (DATA / "intent_opposites.jsonl").read_text().splitlines()]
-    assert len(cases) >= 20
+    assert len(cases) >= 220
     for case in cases:
         request, example = normalise(case["request"]), case["example"]
         assert clash(polarity(request), polarity(example, opposites=True)), case
