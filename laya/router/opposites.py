@@ -252,13 +252,15 @@ _ID_WORDS = frozenset({"number", "id", "no", "ref", "reference"})
 """Words that name an id when a number follows ("my order number 4512"), and another thing when none does ("my
 phone number")."""
 _COPULAS = frozenset({"is", "are", "was", "were", "am"})
+_PARTICLES = frozenset({"off", "on", "up", "down", "out", "in", "back", "over", "away"})
 _DO_SUBJECT = re.compile(r"\b(?:do|does|did) (?:a|an|the|my|your|our|his|her|their|this|that|these|those)\b")
 """A thing that is the subject of a question, its verb after it: "what symptoms does the flu cause"."""
 _ID = r"[a-z0-9']+(?:[._-][a-z0-9']+)*"
 """A word or an id ("inv-2043", "report_final.docx")."""
 _RAW = re.compile(rf"{_ID}|[^\sa-z0-9']")
 """Words, ids and punctuation marks."""
-_ADVERB_LIKE_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "butterfly", "bully", "jelly", "belly"})
+_ADVERB_LIKE_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "butterfly", "bully", "jelly", "belly",
+                                "reply", "supply", "apply", "comply", "multiply", "imply"})
 
 
 def _thing(text: str) -> Thing | None:
@@ -274,9 +276,11 @@ def _thing(text: str) -> Thing | None:
     start = end
     while start > 0 and _names(tokens[start - 1]):
         start -= 1
-    if start < 2 or tokens[start - 1] not in _DETERMINERS:
+    if start == 0 and end > 0 or start == 2 and tokens[1] in _PARTICLES and _names(tokens[0]):
+        start = max(start, 1)  # an order with no determiner: "reset password", "turn off location"
+    elif start < 2 or tokens[start - 1] not in _DETERMINERS:
         return None  # no determiner, or a sentence that opens with its subject: "the website loads slowly"
-    if end > start and tokens[start - 2] in AUXILIARIES:
+    elif end > start and tokens[start - 2] in AUXILIARIES:
         return None  # a subject and its verb: "when will my package arrive", "does the flu cause"
     if tokens[0] in _COPULAS:
         return None  # what it is, not what to do to it: "is 97 a prime number" asks "is 97 prime"
@@ -296,8 +300,8 @@ def _names(word: str) -> bool:
 
 
 def _adverb(word: str) -> bool:
-    """"-ly" after five letters or more, but not "reply", "supply", "family" ..."""
-    return len(word) >= 6 and word.endswith("ly") and not word.endswith("ply") and word not in _ADVERB_LIKE_NOUNS
+    """"-ly" after four letters or more ("simply", "cheaply"), but not "supply", "family" ... ("italy" names)."""
+    return len(word) >= 6 and word.endswith("ly") and word not in _ADVERB_LIKE_NOUNS
 
 
 def _compound(request: Polarity, example: Polarity) -> str:

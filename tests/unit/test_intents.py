@@ -109,19 +109,17 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
     # another thing through a compound ("delete my account photo" / "delete my account", "delete my profile" /
     # "delete my profile picture"), and 14 a second reviewer found getting past the first version of the check.
     # 52 of the first 120 matched their example before the guard read compounds. The guard lets these through:
-    # a thing without "my", "the" ... before it, a word in "-ing" after the thing (read like "my card ending in
-    # 4421"), a hyphen.
+    # a word in "-ing" after the thing (read like "my card ending in 4421"), a hyphen.
     cases = [json.loads(line) for line in (DATA / "intent_compound_things.jsonl").read_text().splitlines()]
     passed = {(case["example"], case["request"]) for case in cases
               if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))}
     assert len(cases) >= 130 and passed == {
-        ("turn off location", "turn off location history"), ("turn off autopay", "turn off autopay notifications"),
-        ("reset password", "reset password hint"), ("delete my voicemail", "delete my voicemail greeting"),
-        ("delete my voicemail", "delete my voicemail recording"), ("delete my account", "delete my account-photo")}
+        ("delete my voicemail", "delete my voicemail greeting"), ("delete my voicemail", "delete my voicemail recording"),
+        ("delete my account", "delete my account-photo")}
     matched = [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None]
     assert [(case["example"], case["request"]) for case in matched] == [
         ("delete my voicemail", "delete my voicemail greeting"), ("delete my voicemail", "delete my voicemail recording"),
-        ("reset password", "reset password hint"), ("delete my account", "delete my account-photo")]
+        ("delete my account", "delete my account-photo")]
 
 
 def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:
