@@ -9,8 +9,8 @@ whether the request *contradicts* the example: a negation on one side only
 and opposed prefixes, comparatives, "log in" / "logout"), two words that trade
 places, "to" against "from" the same place, swapped pronoun roles, different
 numbers, a part of the thing the other side names whole ("cancel one item from my order"), the example's thing
-made part of another ("delete my account photo" / "delete my account"). It shares the verifier's word tables and
-stemmer.
+made part of another ("delete my account photo" / "delete my account": :mod:`~laya.router.things`). It shares
+the verifier's word tables and stemmer.
 
 The example side is prepared once, when the rules load
 (``polarity(example, opposites=True)`` lists every word that would oppose it);
@@ -24,12 +24,9 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from laya.router.things import DETERMINERS, Thing, another_thing, thing_of
 from laya.router.verifier import (
     ANTONYMS_OF,
-    AUXILIARIES,
-    COMPARATIVES,
-    DATE_WORDS,
-    FRAMING_VERBS,
     FUNCTION_WORDS,
     NEGATING_PREFIXES,
     NEGATIONS,
@@ -44,22 +41,6 @@ from laya.router.verifier import (
 )
 
 __all__ = ["Polarity", "clash", "polarity"]
-
-
-class Thing(NamedTuple):
-    """The thing a text ends on, after "my", "the", "a" ...: "delete my profile picture" ends on "picture", the
-    words naming it start at "profile"; "cancel my order" ends on "order", named by that word alone."""
-
-    head: str
-    first: str
-    """The first word naming it when that is not ``head`` ("profile"), else ""."""
-    head_stem: str
-    first_stem: str
-    after_head: re.Pattern[str]
-    """Finds the head's first mention in a request and the two words after it (the first a word or an id:
-    "my order 4512", "my order confirmation email")."""
-    after_first: re.Pattern[str] | None
-    """Finds the first word's first mention in a request and the word after it."""
 
 
 class Polarity(NamedTuple):
@@ -86,10 +67,9 @@ class Polarity(NamedTuple):
     """The things it takes a part of: (read as written, not by stem; the word; the plural after it, or "")
     ("cancel one item from my order": {(True, "order", "")})."""
     text: str = ""
-    """The text as read (lower case), for :func:`_compound`'s look at the word after a thing."""
+    """The text as read (lower case), for :func:`~laya.router.things.another_thing`'s look after a thing."""
     thing: Thing | None = None
-    """Only with ``opposites``: the thing it ends on, or None when it ends otherwise ("track order", "when will
-    my package arrive")."""
+    """Only with ``opposites``: the thing it ends on (:func:`~laya.router.things.thing_of`)."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -229,102 +209,7 @@ def polarity(text: str, *, opposites: bool = False) -> Polarity:
     parts = frozenset(_parts(text)) if "of" in found or "from" in found else frozenset()
     return Polarity(words, sum(map(NEGATIONS.__contains__, found)) + stopping,
                     {opposite: frozenset(of) for opposite, of in opposed.items()}, tuple(found), tuple(sorted(numbers)),
-                    frozenset(frames), frozenset(owners), parts, text, _thing(text) if opposites else None)
-
-
-_DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
-                          "those"})
-_SAME_THING = frozenset({
-    "please", "pls", "plz", "thanks", "thank", "thx", "cheers", "ok", "okay", "hello", "hi", "lol", "rn", "mate",
-    "tho", "now", "asap", "pronto", "again", "too", "also", "already", "instead", "first", "right", "straight",
-    "quick", "real", "forever", "anymore", "altogether", "regardless", "effective", "today", "tonight", "tomorrow",
-    "soon", "later", "immediately", "urgently", "quickly", "permanently", "completely", "entirely", "fully", "i", "we",
-    "it", "you", "thats", "ive", "im", "because", "cause", "cuz", "coz", "cos", "bc", "since", "as", "so", "but", "and", "or", "then",
-    "which", "where", "when", "while", "via", "using", "before", "after", "until", "till", "unless", "within", "once",
-    "otherwise", "up", "down", "on", "off", "out", "over", "back", "away", "around", "along", "together",
-    "is", "are", "was", "were", "has", "have", "had", "will", "would", "can", "could", "should", "must", "may",
-    "might", "shall", "needs", "keeps", "details", "info", "information", "status"})
-"""Words that may follow a thing without naming another: "cancel my order now", "... thanks", "... because i",
-"turn the volume up", "my subscription should be cancelled", "update my card details". So may any function word,
-a date word, a number or id, a comparative, a word in "-ly", and, right after the thing, a past form or one in "-ing"
-("my order sent yesterday", "my card ending in 4421")."""
-_ID_WORDS = frozenset({"number", "id", "no", "ref", "reference"})
-"""Words that name an id when a number follows ("my order number 4512"), and another thing when none does ("my
-phone number")."""
-_COPULAS = frozenset({"is", "are", "was", "were", "am"})
-_PARTICLES = frozenset({"off", "on", "up", "down", "out", "in", "back", "over", "away"})
-_DO_SUBJECT = re.compile(r"\b(?:do|does|did) (?:a|an|the|my|your|our|his|her|their|this|that|these|those)\b")
-"""A thing that is the subject of a question, its verb after it: "what symptoms does the flu cause"."""
-_ID = r"[a-z0-9']+(?:[._-][a-z0-9']+)*"
-"""A word or an id ("inv-2043", "report_final.docx")."""
-_RAW = re.compile(rf"{_ID}|[^\sa-z0-9']")
-"""Words, ids and punctuation marks."""
-_ADVERB_LIKE_NOUNS = frozenset({"family", "assembly", "anomaly", "monopoly", "butterfly", "bully", "jelly", "belly",
-                                "reply", "supply", "apply", "comply", "multiply", "imply"})
-
-
-def _thing(text: str) -> Thing | None:
-    """:attr:`Polarity.thing` of a (lower-case) text: None when it does not end on a thing after a determiner, or is
-    not ASCII (the check reads English words; "delete my café" is left to the other checks)."""
-    if not text.isascii():
-        return None
-    tokens = [token for token in _RAW.findall(text) if token.isalnum()]
-    # The last word that names a thing or is a determiner; the words after it only say how or when.
-    end = next((i for i in range(len(tokens) - 1, -1, -1) if _names(tokens[i]) or tokens[i] in _DETERMINERS), -1)
-    if end < 0 or not _names(tokens[end]):
-        return None
-    start = end
-    while start > 0 and _names(tokens[start - 1]):
-        start -= 1
-    if start == 0 and end > 0 or start == 2 and tokens[1] in _PARTICLES and _names(tokens[0]):
-        start = max(start, 1)  # an order with no determiner: "reset password", "turn off location"
-    elif start < 2 or tokens[start - 1] not in _DETERMINERS:
-        return None  # no determiner, or a sentence that opens with its subject: "the website loads slowly"
-    elif end > start and tokens[start - 2] in AUXILIARIES:
-        return None  # a subject and its verb: "when will my package arrive", "does the flu cause"
-    if tokens[0] in _COPULAS:
-        return None  # what it is, not what to do to it: "is 97 a prime number" asks "is 97 prime"
-    head, first = tokens[end], tokens[start] if end > start else ""
-    head_stem, first_stem = word_stem(head), word_stem(first) if first else ""
-    after_first = re.compile(rf"\b(?:{first}|{first_stem})[a-z']*(?: +({_ID}))?") if first else None
-    return Thing(head, first, head_stem, first_stem,
-                 re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?: +({_ID}))?(?: +(\S+))?"), after_first)
-
-
-def _names(word: str) -> bool:
-    """Whether ``word`` can name a thing: not a function word, negation, date, comparative, "-ly" word, or one of
-    :data:`_SAME_THING`."""
-    return word.isalpha() and not ((word in FUNCTION_WORDS and word not in FRAMING_VERBS) or word in NEGATIONS
-                                   or word in DATE_WORDS or word in COMPARATIVES or word in _SAME_THING
-                                   or word in _DETERMINERS or _adverb(word))
-
-
-def _adverb(word: str) -> bool:
-    """"-ly" after four letters or more ("simply", "cheaply"), but not "supply", "family" ... ("italy" names)."""
-    return len(word) >= 6 and word.endswith("ly") and word not in _ADVERB_LIKE_NOUNS
-
-
-def _compound(request: Polarity, example: Polarity) -> str:
-    """A thing the example ends on that the request makes part of another ("delete my account" / "delete my account
-    photo"), or a thing of the example's words of which the request names the first only ("delete my profile
-    picture" / "delete my profile"); or ""."""
-    thing = example.thing
-    assert thing is not None
-    if thing.after_first is not None and thing.first_stem in request.words and thing.head_stem not in request.words:
-        mention = thing.after_first.search(request.text)
-        # Not when another word names a thing after it: "my profile photo", "a real human" may say the same.
-        if mention is not None and not (mention.group(1) and _names(mention.group(1))):
-            return f"thing: {thing.first!r} ... {thing.head!r} in the example, {thing.first!r} alone in the request"
-    mention = thing.after_head.search(request.text)  # its first mention only: "download the app from the app store"
-    if mention is None or ("do" in request.text and _DO_SUBJECT.search(request.text)):
-        return ""
-    following, then = mention.group(1, 2)
-    if not following or not _names(following) or following in example.words or past_form(following) \
-            or following.endswith("ing"):
-        return ""
-    if following in _ID_WORDS and then and any(c.isdigit() for c in then):
-        return ""
-    return f"thing: {thing.head + ' ' + following!r} in the request, {thing.head!r} in the example"
+                    frozenset(frames), frozenset(owners), parts, text, thing_of(text) if opposites else None)
 
 
 def _parts(text: str) -> Iterator[tuple[bool, str, str]]:
@@ -378,7 +263,7 @@ def clash(request: Polarity, example: Polarity) -> str:
     swapped = _traded(request.tokens, example.tokens)
     if swapped:
         return f"order: {swapped[0]!r} and {swapped[1]!r} trade places"
-    if example.thing is not None and (compound := _compound(request, example)):
+    if example.thing is not None and (compound := another_thing(request, example, example.thing)):
         return compound
     if not _DIRECTION_WORDS.isdisjoint(request.words) or not _DIRECTION_WORDS.isdisjoint(example.words):
         # "transfer money to / from (out of) my savings", "copy the contacts onto / off my phone"
@@ -440,7 +325,7 @@ _OPPOSED_PREFIXES = tuple((one, other) for pair in ("up/down", "in/out", "over/u
                           for one, other in (pair.split("/"), pair.split("/")[::-1]))
 """Prefixes that say opposite things: "upvote" / "downvote", "reconnect" / "disconnect", "reactivate" /
 "deactivate"."""
-_ARTICLES = _DETERMINERS - {"these", "those"}
+_ARTICLES = DETERMINERS - {"these", "those"}
 
 
 def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
