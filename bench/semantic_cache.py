@@ -36,6 +36,9 @@ The sets, in tests/data/:
   session) by a writer told to read nothing of the project, and run first on
   the verifier at cead5c2 (the run list of bench/results/semantic_cache.md
   holds that run).
+* semantic_pairs_heldout6.jsonl: 420 pairs written on 6 December (third
+  session) the same way, and run first on the verifier at 03d04cf (the run
+  list of bench/results/semantic_cache.md holds that run).
 * semantic_pairs_redteam.jsonl: 368 pairs that need different answers,
   written in five rounds by reviewers who read the verifier's relaxations and
   attacked each (how / what, framing words, "one" for "a", frames, stems,
@@ -74,7 +77,7 @@ from common import write_results
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 SETS = ["semantic_pairs.jsonl", "semantic_pairs_templated.jsonl", "semantic_pairs_heldout.jsonl",
         "semantic_pairs_heldout2.jsonl", "semantic_pairs_heldout3.jsonl", "semantic_pairs_heldout4.jsonl",
-        "semantic_pairs_heldout5.jsonl",
+        "semantic_pairs_heldout5.jsonl", "semantic_pairs_heldout6.jsonl",
         "semantic_pairs_redteam.jsonl"]
 
 
