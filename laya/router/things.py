@@ -5,10 +5,12 @@ by every word the example has; it asks for another thing, the photo. An
 example that ends on a thing ("my account", "the notification", "password"
 after an opening verb) has that thing read once, when the rules load
 (:func:`thing_of`); :func:`another_thing` then reads the word after its first
-mention in a request (a few regex steps on the router's hot path), and a thing
-of several words cut to its first ("delete my profile" / "delete my profile
-picture"). It reads words, not meaning: the words that may follow a thing
-without naming another are listed (:data:`_SAME_THING`).
+mention in a request (a few regex steps on the router's hot path), a thing of
+several words cut to its first ("delete my profile" / "delete my profile
+picture"), and a thing placed in or on it ("delete the photos in my
+account": :func:`_placed`). It reads words, not meaning: the words that may
+follow a thing without naming another are listed (:data:`_SAME_THING`), and so
+are the words in "-ing" that name a thing (:data:`_ING_NOUNS`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class Thing(NamedTuple):
     "my order 4512", "my order confirmation email")."""
     after_first: re.Pattern[str] | None
     """Finds the first word's first mention in a request and the word after it."""
+    located: re.Pattern[str]
+    """Finds a word placed in or on the thing in a request ("the photos in my account", "the trunk on my car")."""
 
 
 DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
@@ -58,7 +62,9 @@ _SAME_THING = frozenset({
     "soon", "later", "immediately", "urgently", "quickly", "permanently", "completely", "entirely", "fully", "i", "we",
     "it", "you", "thats", "ive", "im", "because", "cause", "cuz", "coz", "cos", "bc", "since", "as", "so", "but",
     "and", "or", "then", "which", "where", "when", "while", "via", "using", "before", "after", "until", "till",
-    "unless", "within", "once", "otherwise", "up", "down", "on", "off", "out", "over", "back", "away", "around", "along", "together",
+    "unless", "within", "once", "otherwise", "up", "down", "on", "off", "out", "over", "back", "away", "around", "along",
+    "together", "inside", "outside", "between", "across", "through", "throughout", "near", "behind", "beside", "under",
+    "somewhere", "anywhere", "like",
     "is", "are", "was", "were", "has", "have", "had", "will", "would", "can", "could", "should", "must", "may",
     "might", "shall", "needs", "keeps", "details", "info", "information", "status"})
 """Words that may follow a thing without naming another: "cancel my order now", "... thanks", "... because i",
@@ -68,6 +74,21 @@ a date word, a number or id, a comparative, a word in "-ly", and, right after th
 _ID_WORDS = frozenset({"number", "id", "no", "ref", "reference"})
 """Words that name an id when a number follows ("my order number 4512"), and another thing when none does ("my
 phone number")."""
+_ING_NOUNS = frozenset({
+    "greeting", "recording", "setting", "booking", "listing", "meeting", "building", "painting", "drawing", "posting",
+    "billing", "shipping", "heating", "parking", "lighting", "wiring", "plumbing", "flooring", "housing", "funding",
+    "banking", "pricing", "hosting", "mapping", "heading", "rating", "ranking", "opening", "offering", "warning",
+    "reading", "training", "filling", "topping", "dressing", "frosting", "icing", "stuffing", "coating", "lining",
+    "clothing", "bedding", "earring", "wedding", "evening", "morning", "ceiling", "pudding", "sibling", "railing",
+    "landing", "siding", "awning", "saving", "spending", "earning", "marketing", "branding", "logging", "caching",
+    "padding", "spacing", "formatting", "routing", "streaming", "tracking", "messaging", "calling", "roaming"})
+"""Words in "-ing" that name a thing after another ("my voicemail greeting", "my account setting"); other "-ing"
+words after a thing say what it does ("my card ending in 4421", "my order arriving late")."""
+_PLACES = "in|on|inside|within|under|at|underneath|beneath|behind"
+"""The words that place a thing in or on another: "the photos in my account"."""
+_ABOUT = frozenset({"update", "updates", "news", "progress", "info", "information", "details", "help"})
+"""Words that, placed on a thing, still ask about the thing itself ("any news on my order")."""
+_QUANTIFIERS = frozenset({"all", "every", "each", "some", "any", "both"})
 _COPULAS = frozenset({"is", "are", "was", "were", "am"})
 _PARTICLES = frozenset({"off", "on", "up", "down", "out", "in", "back", "over", "away"})
 _DO_SUBJECT = re.compile(r"\b(?:do|does|did) (?:a|an|the|my|your|our|his|her|their|this|that|these|those)\b")
@@ -104,8 +125,11 @@ def thing_of(text: str) -> Thing | None:
     head, first = tokens[end], tokens[start] if end > start else ""
     head_stem, first_stem = word_stem(head), word_stem(first) if first else ""
     after_first = re.compile(rf"\b(?:{first}|{first_stem})[a-z']*(?: +({_ID}))?") if first else None
-    return Thing(head, first, head_stem, first_stem,
-                 re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?: +({_ID}))?(?: +(\S+))?"), after_first)
+    # A hyphen joins as a space does: "my account-photo" is the photo.
+    after_head = re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?:(?: +|-)({_ID}))?(?: +(\S+))?")
+    located = re.compile(rf"\b([a-z]+(?:-[a-z]+)*) ({_PLACES}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
+                         rf"(?:{head}|{head_stem})")
+    return Thing(head, first, head_stem, first_stem, after_head, after_first, located)
 
 
 def _names(word: str) -> bool:
@@ -121,21 +145,48 @@ def _adverb(word: str) -> bool:
     return len(word) >= 6 and word.endswith("ly") and word not in _ADVERB_LIKE_NOUNS
 
 
+def _object(before: str) -> bool:
+    """Whether the word before ``before``'s end makes the next an object: a determiner ("the photos in my account"),
+    or a word naming a thing ("gift wrap on my order", "delete photos in ..."); not the request's opening ("please
+    turn on the dark mode", "switch on ..."), where "on" goes with the verb."""
+    words = before.split()
+    return bool(words) and (words[-1] in DETERMINERS or words[-1] in _QUANTIFIERS or _names(words[-1]))
+
+
+def _participle(word: str) -> bool:
+    """A word in "-ing" that says what a thing does ("ending", "arriving"), not one that names a thing: listed
+    (:data:`_ING_NOUNS`), or with no vowel before its "-ing" ("ring", "string", "thing")."""
+    return word.endswith("ing") and word not in _ING_NOUNS and any(vowel in word[:-3] for vowel in "aeiouy")
+
+
+def _placed(request: Polarity, example: Polarity, thing: Thing) -> str:
+    """A thing the request places in or on the example's ("delete the photos in my account" / "delete my account"),
+    or ""."""
+    for placed in thing.located.finditer(request.text):
+        other = placed.group(1)
+        if _names(other.replace("-", "")) and other not in _ABOUT and other not in example.words \
+                and word_stem(other) not in example.words and _object(request.text[:placed.start()]):
+            return f"thing: {other!r} placed {placed.group(2)} {thing.head!r} in the request, {thing.head!r} in the example"
+    return ""
+
+
 def another_thing(request: Polarity, example: Polarity, thing: Thing) -> str:
     """A thing the example ends on that the request makes part of another ("delete my account" / "delete my account
-    photo"), or a thing of the example's words of which the request names the first only ("delete my profile
-    picture" / "delete my profile"); or ""."""
+    photo"), a thing the request places in or on it ("delete the photos in my account"), or a thing of the example's
+    words of which the request names the first only ("delete my profile picture" / "delete my profile"); or ""."""
     if thing.after_first is not None and thing.first_stem in request.words and thing.head_stem not in request.words:
         mention = thing.after_first.search(request.text)
         # Not when another word names a thing after it: "my profile photo", "a real human" may say the same.
         if mention is not None and not (mention.group(1) and _names(mention.group(1))):
             return f"thing: {thing.first!r} ... {thing.head!r} in the example, {thing.first!r} alone in the request"
+    if placed := _placed(request, example, thing):
+        return placed
     mention = thing.after_head.search(request.text)  # its first mention only: "download the app from the app store"
     if mention is None or ("do" in request.text and _DO_SUBJECT.search(request.text)):
         return ""
     following, then = mention.group(1, 2)
     if not following or not _names(following) or following in example.words or past_form(following) \
-            or following.endswith("ing"):
+            or _participle(following):
         return ""
     if following in _ID_WORDS and then and any(c.isdigit() for c in then):
         return ""

@@ -108,18 +108,60 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
     # tests/data/intent_compound_things.jsonl: 120 requests a reviewer wrote, without reading the guard, that name
     # another thing through a compound ("delete my account photo" / "delete my account", "delete my profile" /
     # "delete my profile picture"), and 14 a second reviewer found getting past the first version of the check.
-    # 52 of the first 120 matched their example before the guard read compounds. The guard lets these through:
-    # a word in "-ing" after the thing (read like "my card ending in 4421"), a hyphen.
+    # 52 of the first 120 matched their example before the guard read compounds. Three passed until 7 December: a
+    # thing in "-ing" ("my voicemail greeting", read like "my card ending in 4421") and a hyphen ("account-photo").
     cases = [json.loads(line) for line in (DATA / "intent_compound_things.jsonl").read_text().splitlines()]
-    passed = {(case["example"], case["request"]) for case in cases
-              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))}
-    assert len(cases) >= 130 and passed == {
-        ("delete my voicemail", "delete my voicemail greeting"), ("delete my voicemail", "delete my voicemail recording"),
-        ("delete my account", "delete my account-photo")}
-    matched = [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None]
-    assert [(case["example"], case["request"]) for case in matched] == [
-        ("delete my voicemail", "delete my voicemail greeting"), ("delete my voicemail", "delete my voicemail recording"),
-        ("delete my account", "delete my account-photo")]
+    passed = [case for case in cases
+              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    assert len(cases) >= 130 and passed == []
+    assert [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None] == []
+
+
+@pytest.mark.parametrize(("example", "request_text", "reason"), [
+    ("delete my account", "delete my account-photo", "'account photo' in the request"),
+    ("delete my voicemail", "delete my voicemail greeting", "'voicemail greeting' in the request"),
+    ("replace my guitar", "replace my guitar string", "'guitar string' in the request"),
+    ("reset my router", "reset the password on my router", "'password' placed on 'router'"),
+    ("cancel my subscription", "cancel the add-on on my subscription", "'add-on' placed on 'subscription'"),
+    ("delete my account", "delete everything in my account", "'everything' placed in 'account'"),
+    ("track my order", "any news on my order", ""),
+    ("track my order", "what is the progress on my order", ""),
+    ("update my card", "update my card ending in 4421", ""),
+    ("turn on dark mode", "please turn on the dark mode in the app", ""),
+    ("lock my car", "lock the car parked on the street", ""),
+])
+def test_the_thing_check_reads_what_a_request_names(example: str, request_text: str, reason: str) -> None:
+    found = clash(polarity(normalise(request_text)), polarity(example, opposites=True))
+    assert (reason in found) if reason else found == "", found
+
+
+def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match() -> None:
+    # tests/data/intent_thing_inside.jsonl: 150 requests a reviewer wrote, without reading the guard, for a thing in or
+    # on the example's ("delete the photos in my account" / "delete my account", "reset the password on my router" /
+    # "reset my router"). 31 matched their example before the guard read "in" and "on"; 148 passed its checks. Two
+    # pass still: the word before the thing names none ("the back gate at my house", "the night light on ..."),
+    # and "on" after an opening verb goes with the verb ("please turn on the dark mode"), so the guard cannot tell
+    # "back" from a particle there.
+    cases = [json.loads(line) for line in (DATA / "intent_thing_inside.jsonl").read_text().splitlines()]
+    passed = [(case["example"], case["request"]) for case in cases
+              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    assert len(cases) >= 150 and passed == [
+        ("lock my house", "can you lock the back gate at my house"),
+        ("turn off my smart speaker", "please turn off the night light on my smart speaker")]
+    assert [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None] == []
+
+
+def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() -> None:
+    # tests/data/intent_thing_inside_same.jsonl: 150 requests the same reviewer wrote to mean their example while
+    # saying "in", "on", "at" ("turn on dark mode in the app", "check the balance on my card", "switch on dark mode
+    # inside this app"). The check that reads a thing placed in another refuses none of them; the guard's other
+    # checks refuse 5, as they did before it (a second owner, "my email address", "location" without "services",
+    # "the photo on my profile"); 60 match their example, as before.
+    cases = [json.loads(line) for line in (DATA / "intent_thing_inside_same.jsonl").read_text().splitlines()]
+    reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
+    assert len(cases) >= 150 and not [r for r in reasons if " placed " in r]
+    assert sum(map(bool, reasons)) == 5
+    assert sum(index(rule(case["example"])).match(normalise(case["request"])) is not None for case in cases) == 60
 
 
 def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:
