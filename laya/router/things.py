@@ -84,7 +84,7 @@ _ING_NOUNS = frozenset({
     "padding", "spacing", "formatting", "routing", "streaming", "tracking", "messaging", "calling", "roaming"})
 """Words in "-ing" that name a thing after another ("my voicemail greeting", "my account setting"); other "-ing"
 words after a thing say what it does ("my card ending in 4421", "my order arriving late")."""
-_PLACES = "in|on|inside|within|under|at|underneath|beneath|behind"
+_PLACES = frozenset({"in", "on", "inside", "within", "under", "at", "underneath", "beneath", "behind"})
 """The words that place a thing in or on another: "the photos in my account"."""
 _ABOUT = frozenset({"update", "updates", "news", "progress", "info", "information", "details", "help"})
 """Words that, placed on a thing, still ask about the thing itself ("any news on my order")."""
@@ -127,7 +127,7 @@ def thing_of(text: str) -> Thing | None:
     after_first = re.compile(rf"\b(?:{first}|{first_stem})[a-z']*(?: +({_ID}))?") if first else None
     # A hyphen joins as a space does: "my account-photo" is the photo.
     after_head = re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?:(?: +|-)({_ID}))?(?: +(\S+))?")
-    located = re.compile(rf"\b([a-z]+(?:-[a-z]+)*) ({_PLACES}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
+    located = re.compile(rf"\b([a-z]+(?:-[a-z]+)*) ({'|'.join(_PLACES)}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
                          rf"(?:{head}|{head_stem})")
     return Thing(head, first, head_stem, first_stem, after_head, after_first, located)
 
@@ -162,6 +162,8 @@ def _participle(word: str) -> bool:
 def _placed(request: Polarity, example: Polarity, thing: Thing) -> str:
     """A thing the request places in or on the example's ("delete the photos in my account" / "delete my account"),
     or ""."""
+    if thing.head_stem not in request.words or _PLACES.isdisjoint(request.words):
+        return ""  # most requests, at the cost of two set looks
     for placed in thing.located.finditer(request.text):
         other = placed.group(1)
         if _names(other.replace("-", "")) and other not in _ABOUT and other not in example.words \

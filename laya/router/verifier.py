@@ -104,7 +104,7 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"^\W*help me( to)?\b", ""), (r"^\W*tell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
     (r"\bdo you know\b", ""), (r"^\W*give me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
     (r"\b(turn|switch|shut) off\b" + _DEVICE, "disable"), (r"\b(turn|switch) on\b" + _DEVICE, "enable"),
-    (r"\bget rid of\b", "remove"),
+    (r"\bget rid of\b", "remove"), (r"\bus (?=dollars?\b)", ""),  # part of the unit: "100 euros in US dollars" swaps two units
     # Reminding oneself is one word, so that "Remind Sarah to text" is not "Set a reminder to text Sarah".
     (r"\bset (a |an )?reminder\b", "remind me"), (r"\bremind me\b", "remindme"),
     (r"\bin (simple|plain) (terms|words|english)\b|\bsimply put\b|\bsimply(?=\s*([.?!,]|$))", "plainly"),
