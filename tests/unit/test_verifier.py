@@ -136,7 +136,7 @@ def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     ("semantic_pairs.jsonl", 0.5), ("semantic_pairs_templated.jsonl", 0.5),
     ("semantic_pairs_heldout.jsonl", None), ("semantic_pairs_heldout2.jsonl", None),
     ("semantic_pairs_heldout3.jsonl", None), ("semantic_pairs_heldout4.jsonl", None),
-    ("semantic_pairs_heldout5.jsonl", None),
+    ("semantic_pairs_heldout5.jsonl", None), ("semantic_pairs_heldout6.jsonl", None),
 ])
 def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_least: float | None) -> None:
     result = run_pair_bench(DATA / name)
