@@ -105,6 +105,8 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"\bdo you know\b", ""), (r"^\W*give me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
     (r"\b(turn|switch|shut) off\b" + _DEVICE, "disable"), (r"\b(turn|switch) on\b" + _DEVICE, "enable"),
     (r"\bget rid of\b", "remove"), (r"\bus (?=dollars?\b)", ""),  # part of the unit: "100 euros in US dollars" swaps two units
+    # A temperature's scale is its unit: "400°F", "400 degrees Fahrenheit" and "400 fahrenheit" say the same.
+    (r"(?:°|\bdeg(?:rees?)?\b) ?(?:f\b|fahrenheit\b)", " fahrenheit"), (r"(?:°|\bdeg(?:rees?)?\b) ?(?:c\b|celsius\b|centigrade\b)", " celsius"),
     # Reminding oneself is one word, so that "Remind Sarah to text" is not "Set a reminder to text Sarah".
     (r"\bset (a |an )?reminder\b", "remind me"), (r"\bremind me\b", "remindme"),
     (r"\bin (simple|plain) (terms|words|english)\b|\bsimply put\b|\bsimply(?=\s*([.?!,]|$))", "plainly"),
@@ -648,7 +650,8 @@ def _one_as_a(tokens: list[str], i: int) -> bool:
 def _unit(token: str, stem: str) -> str | None:
     """The unit a word names ("miles": "mile"), or None."""
     plural = len(token) > 2 and token.endswith("s")  # not "vs" or "cs"
-    return _UNITS.get(token) or (_UNITS.get(token[:-1]) if plural else None) or _UNITS.get(stem)
+    # By the stem only for a plural ("inches"): "mine" is not "min".
+    return _UNITS.get(token) or (_UNITS.get(token[:-1]) or _UNITS.get(stem) if plural else None)
 
 
 def _swapped(a: Words, b: Words) -> tuple[str, str] | None:

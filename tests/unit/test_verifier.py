@@ -173,6 +173,15 @@ def test_the_hand_written_set_covers_every_kind_the_issue_names() -> None:
             "different_question"} <= kinds
 
 
+@pytest.mark.parametrize(("text", "units"), [
+    ("Bake at 400°F", {"fahrenheit"}), ("Bake at 400 degrees Fahrenheit", {"fahrenheit"}), ("45 deg C", {"celsius"}),
+    ("Rotate it 90 degrees", {"degree"}), ("Wait 3 minutes", {"min"}), ("Cut 3 inches", {"inch"}),
+    ("Write a note for a coworker of mine", set()),  # "mine" is no minute
+])
+def test_units_are_read_with_their_scale(text: str, units: set[str]) -> None:
+    assert analyse(text).units == units
+
+
 def test_a_bad_pairs_line_names_the_line_and_the_field(tmp_path: Path) -> None:
     path = tmp_path / "pairs.jsonl"
     path.write_text('{"a": "x", "b": "y", "same": true}\n{"a": "x", "b": "y", "same": "yes"}\n')
