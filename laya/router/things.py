@@ -84,10 +84,30 @@ _ING_NOUNS = frozenset({
     "padding", "spacing", "formatting", "routing", "streaming", "tracking", "messaging", "calling", "roaming"})
 """Words in "-ing" that name a thing after another ("my voicemail greeting", "my account setting"); other "-ing"
 words after a thing say what it does ("my card ending in 4421", "my order arriving late")."""
-_PLACES = frozenset({"in", "on", "inside", "within", "under", "at", "underneath", "beneath", "behind"})
-"""The words that place a thing in or on another: "the photos in my account"."""
-_ABOUT = frozenset({"update", "updates", "news", "progress", "info", "information", "details", "help"})
-"""Words that, placed on a thing, still ask about the thing itself ("any news on my order")."""
+_AFTER_PARTICIPLE = frozenset({"me", "us", "you", "him", "her", "them", "it", "to", "from", "into", "for"})
+_PLACES = frozenset({"in", "on", "inside", "within", "under", "at", "underneath", "beneath", "behind", "above", "over",
+                     "for"})
+"""The words that place a thing in or on another, or make it another's: "the photos in my account", "the hint for my
+password". Not "of", "from" or "to", which as often say the thing itself ("a copy of my invoice", "calls from this
+number", "add money from my card to my wallet"): a part "of" or "from" a thing is the part check's."""
+_ABOUT = frozenset({"update", "updates", "news", "progress", "info", "information", "details", "help", "status",
+                    "problem", "problems", "issue", "issues", "error", "errors", "mess", "bug", "bugs",
+                    "payment", "amount", "total", "balance", "rest", "whole", "entire", "entirety"})
+"""Words that, placed on a thing, still ask about the thing itself ("any news on my order", "the issue on my laptop",
+"a payment on my bill")."""
+_CONTENTS = frozenset({"everything", "anything", "all", "stuff", "things", "contents", "content", "whatever", "what",
+                       "data", "items"})
+"""Words for all a thing holds: "clear everything in my cart" clears the cart, "delete everything in my account"
+leaves it."""
+_HOLDS = frozenset({"is", "are", "have", "has", "got", "keep", "store", "stored", "saved", "put", "that", "thats"})
+"""Words that say what a thing holds before "in" or "on", after one of :data:`_HOLDERS`: "whatever is in my account",
+"the files i have in my account", "all that's in my account"; not "how many calories are in an apple"."""
+_HOLDERS = frozenset({"what", "whatever", "that", "which", "everything", "all", "stuff", "things", "i", "we", "you"})
+_ON_CONTENTS = frozenset({"clear", "empty", "wipe", "print", "play", "shuffle", "download", "sync", "back",
+                          "summarise", "summarize", "translate", "proofread", "read", "scan", "check", "review",
+                          "sort", "organise", "organize", "clean", "tidy", "search", "export", "save", "copy",
+                          "backup", "list", "show"})
+"""Verbs that act on what a thing holds: "clear my cart" and "clear everything in my cart" are the same."""
 _QUANTIFIERS = frozenset({"all", "every", "each", "some", "any", "both"})
 _COPULAS = frozenset({"is", "are", "was", "were", "am"})
 _PARTICLES = frozenset({"off", "on", "up", "down", "out", "in", "back", "over", "away"})
@@ -127,7 +147,7 @@ def thing_of(text: str) -> Thing | None:
     after_first = re.compile(rf"\b(?:{first}|{first_stem})[a-z']*(?: +({_ID}))?") if first else None
     # A hyphen joins as a space does: "my account-photo" is the photo.
     after_head = re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?:(?: +|-)({_ID}))?(?: +(\S+))?")
-    located = re.compile(rf"\b([a-z]+(?:-[a-z]+)*) ({'|'.join(_PLACES)}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
+    located = re.compile(rf"\b([a-z0-9']+(?:-[a-z0-9]+)*) ({'|'.join(_PLACES)}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
                          rf"(?:{head}|{head_stem})")
     return Thing(head, first, head_stem, first_stem, after_head, after_first, located)
 
@@ -146,17 +166,18 @@ def _adverb(word: str) -> bool:
 
 
 def _object(before: str) -> bool:
-    """Whether the word before ``before``'s end makes the next an object: a determiner ("the photos in my account"),
-    or a word naming a thing ("gift wrap on my order", "delete photos in ..."); not the request's opening ("please
-    turn on the dark mode", "switch on ..."), where "on" goes with the verb."""
-    words = before.split()
-    return bool(words) and (words[-1] in DETERMINERS or words[-1] in _QUANTIFIERS or _names(words[-1]))
+    """Whether the word ``before`` makes the next an object: a determiner ("the photos in my account"), a particle
+    ("turn off wifi on my router") or a word naming a thing ("gift wrap on my order", "delete photos in ..."); not
+    the request's opening ("please turn on the dark mode", "switch on ..."), where "on" goes with the verb."""
+    return before in DETERMINERS or before in _QUANTIFIERS or before in _PARTICLES or _names(before)
 
 
-def _participle(word: str) -> bool:
+def _participle(word: str, then: str | None) -> bool:
     """A word in "-ing" that says what a thing does ("ending", "arriving"), not one that names a thing: listed
-    (:data:`_ING_NOUNS`), or with no vowel before its "-ing" ("ring", "string", "thing")."""
-    return word.endswith("ing") and word not in _ING_NOUNS and any(vowel in word[:-3] for vowel in "aeiouy")
+    (:data:`_ING_NOUNS`), or with no vowel before its "-ing" ("ring", "string", "thing"). A listed one does too
+    before an object or a place ("this number calling me", "my order shipping to rome")."""
+    return word.endswith("ing") and any(vowel in word[:-3] for vowel in "aeiouy") \
+        and (word not in _ING_NOUNS or then in _AFTER_PARTICIPLE)
 
 
 def _placed(request: Polarity, example: Polarity, thing: Thing) -> str:
@@ -165,11 +186,25 @@ def _placed(request: Polarity, example: Polarity, thing: Thing) -> str:
     if thing.head_stem not in request.words or _PLACES.isdisjoint(request.words):
         return ""  # most requests, at the cost of two set looks
     for placed in thing.located.finditer(request.text):
-        other = placed.group(1)
-        if _names(other.replace("-", "")) and other not in _ABOUT and other not in example.words \
-                and word_stem(other) not in example.words and _object(request.text[:placed.start()]):
-            return f"thing: {other!r} placed {placed.group(2)} {thing.head!r} in the request, {thing.head!r} in the example"
+        other, where = placed.group(1).removesuffix("'s"), placed.group(2)
+        before = next(reversed(request.text[:placed.start()].split()), "")  # the word before it
+        if other in _CONTENTS or (other in _HOLDS and before in _HOLDERS):
+            # "delete everything in my account", "delete whatever is in ...", "the files i have in ...": what it holds,
+            # which is the thing to a verb that acts on what it holds ("clear everything in my cart")
+            if _ON_CONTENTS.isdisjoint(example.tokens):
+                return f"thing: what {thing.head!r} holds in the request, {thing.head!r} in the example"
+        elif other.isdigit():
+            if _names(before):  # "song 3 in my playlist"
+                return f"thing: {before + ' ' + other!r} placed {where} {thing.head!r} in the request"
+        elif _names(other.replace("-", "")) and other not in _ABOUT and _object(before) \
+                and (_of_thing(other, thing) or not (other in example.words or word_stem(other) in example.words)):
+            return f"thing: {other!r} placed {where} {thing.head!r} in the request, {thing.head!r} in the example"
     return ""
+
+
+def _of_thing(word: str, thing: Thing) -> bool:
+    """Whether ``word`` names the thing or its first word: "the photo in my album" is not "my photo album"."""
+    return not {word, word_stem(word)}.isdisjoint((thing.head, thing.head_stem, thing.first, thing.first_stem))
 
 
 def another_thing(request: Polarity, example: Polarity, thing: Thing) -> str:
@@ -188,7 +223,7 @@ def another_thing(request: Polarity, example: Polarity, thing: Thing) -> str:
         return ""
     following, then = mention.group(1, 2)
     if not following or not _names(following) or following in example.words or past_form(following) \
-            or _participle(following):
+            or _participle(following, then):
         return ""
     if following in _ID_WORDS and then and any(c.isdigit() for c in then):
         return ""

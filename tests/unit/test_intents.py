@@ -123,7 +123,16 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
     ("replace my guitar", "replace my guitar string", "'guitar string' in the request"),
     ("reset my router", "reset the password on my router", "'password' placed on 'router'"),
     ("cancel my subscription", "cancel the add-on on my subscription", "'add-on' placed on 'subscription'"),
-    ("delete my account", "delete everything in my account", "'everything' placed in 'account'"),
+    ("delete my account", "delete everything in my account", "what 'account' holds"),
+    ("delete my account", "delete whatever is in my account", "what 'account' holds"),
+    ("clear my cart", "clear everything in my cart", ""),  # a verb that acts on what its thing holds
+    ("delete my playlist", "delete song 3 in my playlist", "'song 3' placed in 'playlist'"),
+    ("delete my photo album", "delete the photo in my album", "'photo' placed in 'album'"),
+    ("turn off my router", "turn off wifi on my router", "'wifi' placed on 'router'"),
+    ("fix my laptop", "fix the issue on my laptop", ""),
+    ("block this number", "block this number calling me", ""),
+    ("delete my voicemail", "delete my voicemail greeting please", "'voicemail greeting' in the request"),
+    ("how many calories does an apple have", "how many calories are in an apple", ""),
     ("track my order", "any news on my order", ""),
     ("track my order", "what is the progress on my order", ""),
     ("update my card", "update my card ending in 4421", ""),
@@ -138,17 +147,32 @@ def test_the_thing_check_reads_what_a_request_names(example: str, request_text: 
 def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match() -> None:
     # tests/data/intent_thing_inside.jsonl: 150 requests a reviewer wrote, without reading the guard, for a thing in or
     # on the example's ("delete the photos in my account" / "delete my account", "reset the password on my router" /
-    # "reset my router"). 31 matched their example before the guard read "in" and "on"; 148 passed its checks. Two
-    # pass still: the word before the thing names none ("the back gate at my house", "the night light on ..."),
-    # and "on" after an opening verb goes with the verb ("please turn on the dark mode"), so the guard cannot tell
-    # "back" from a particle there.
+    # "reset my router"). 31 matched their example before the guard read "in" and "on"; 148 passed its checks. One
+    # passes still: the word before the thing names none ("the night light on ..."), and "on" after an opening
+    # verb goes with the verb ("please turn on the dark mode"), so the guard cannot tell "night" from "please".
     cases = [json.loads(line) for line in (DATA / "intent_thing_inside.jsonl").read_text().splitlines()]
     passed = [(case["example"], case["request"]) for case in cases
               if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
     assert len(cases) >= 150 and passed == [
-        ("lock my house", "can you lock the back gate at my house"),
         ("turn off my smart speaker", "please turn off the night light on my smart speaker")]
     assert [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None] == []
+
+
+def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
+    # tests/data/intent_thing_inside_redteam.jsonl: 124 requests a reviewer wrote against the first version of the
+    # placed-thing check, each matching its example; all 124 passed the guard. Now 83 are refused. Still passing:
+    # "of", "from" and "to" ("delete the songs from my playlist"), which as often name the thing itself ("a copy
+    # of my invoice", "block calls from this number"), and compounds the check does not read (listed).
+    cases = [json.loads(line) for line in (DATA / "intent_thing_inside_redteam.jsonl").read_text().splitlines()]
+    passed = [(case["example"], case["request"]) for case in cases
+              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    linked = [pair for pair in passed if re.search(r" (of|from|to) ", pair[1])]
+    assert len(cases) >= 120 and len(linked) == 32 and sorted(set(passed) - set(linked)) == [
+        ("cancel my hotel", "cancel my hotel cleaning"), ("cancel my hotel", "cancel my hotel cleaning service"),
+        ("delete my calendar", "delete my calendar daily reminder"), ("replace my phone", "replace my phone back"),
+        ("turn off my keyboard", "turn off my keyboard backlighting"), ("turn off my phone", "turn off my phone 4g"),
+        ("turn off my phone", "turn off my phone 5g"), ("turn off my router", "turn off my router 5g"),
+        ("turn on bluetooth", "turn on bluetooth pairing")]
 
 
 def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() -> None:
@@ -162,6 +186,18 @@ def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() 
     assert len(cases) >= 150 and not [r for r in reasons if " placed " in r]
     assert sum(map(bool, reasons)) == 5
     assert sum(index(rule(case["example"])).match(normalise(case["request"])) is not None for case in cases) == 60
+
+
+def test_what_a_red_team_wrote_to_mean_the_example_with_in_or_on_is_mostly_still_refused() -> None:
+    # tests/data/intent_thing_inside_same_redteam.jsonl: 99 requests the same reviewer wrote to mean their example
+    # and found refused by the first version: a verb that acts on what a thing holds ("clear everything in my cart"),
+    # a word about the thing ("the issue on my laptop", "a payment on my bill"), a part the verb always acts on
+    # ("start the engine in my car"), "this number calling me". The first two pass now; the parts do not, as "reset
+    # the password on my router" must not: a refused request costs a model call, a wrong route a wrong answer.
+    cases = [json.loads(line) for line in (DATA / "intent_thing_inside_same_redteam.jsonl").read_text().splitlines()]
+    refused = [case for case in cases
+               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    assert len(cases) >= 99 and len(refused) <= 67
 
 
 def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:
