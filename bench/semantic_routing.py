@@ -36,6 +36,8 @@ def main() -> None:
     parser.add_argument("--results", help="the results file's name in bench/results/ (default semantic_routing.md, "
                                           "or semantic_routing_<kernel>.md): a machine of another kind gets its own")
     args = parser.parse_args()
+    if args.results and not args.results.endswith(".md"):
+        args.results += ".md"  # "--results semantic_routing_epyc" names the file the README links
     name = args.results or "semantic_routing.md"
     if args.kernel:
         from laya.router.vectorindex import _scan
