@@ -7,8 +7,8 @@ after an opening verb) has that thing read once, when the rules load
 (:func:`thing_of`); :func:`another_thing` then reads the word after its first
 mention in a request (a few regex steps on the router's hot path), a thing of
 several words cut to its first ("delete my profile" / "delete my profile
-picture"), and a thing placed in or on it ("delete the photos in my
-account": :func:`_placed`). It reads words, not meaning: the words that may
+picture"), and a thing placed in, on or linked to it ("delete the photos in
+my account", "delete the songs from my playlist": :func:`_placed`). It reads words, not meaning: the words that may
 follow a thing without naming another are listed (:data:`_SAME_THING`), and so
 are the words in "-ing" that name a thing (:data:`_ING_NOUNS`).
 """
@@ -88,8 +88,17 @@ _AFTER_PARTICIPLE = frozenset({"me", "us", "you", "him", "her", "them", "it", "t
 _PLACES = frozenset({"in", "on", "inside", "within", "under", "at", "underneath", "beneath", "behind", "above", "over",
                      "for"})
 """The words that place a thing in or on another, or make it another's: "the photos in my account", "the hint for my
-password". Not "of", "from" or "to", which as often say the thing itself ("a copy of my invoice", "calls from this
-number", "add money from my card to my wallet"): a part "of" or "from" a thing is the part check's."""
+password"."""
+_LINKS = frozenset({"of", "from", "to"})
+"""Words that link a thing to another, read only after a verb of :data:`_ON_ITSELF`: as often as not they say the thing
+itself ("print a copy of my invoice", "block calls from this number", "add money from my card to my wallet")."""
+_IDIOMS = frozenset({"rid", "care", "track", "hold", "use", "sight", "advantage"})
+"""Words before "of" that make a verb of it: "get rid of", "take care of", "keep track of", "make use of"."""
+_ON_ITSELF = frozenset({"delete", "remove", "erase", "cancel", "reset", "rename", "change", "edit", "update", "modify",
+                        "replace", "close", "archive", "deactivate", "disable", "share", "lock", "unlock", "hide",
+                        "undo", "clear", "empty", "wipe", "turn", "switch", "mute"})
+"""Verbs that change or end the thing itself, and so another thing when said of what is linked to it: "delete the songs
+from my playlist", "reset the password of my router", "cancel the changes to my order"."""
 _ABOUT = frozenset({"update", "updates", "news", "progress", "info", "information", "details", "help", "status",
                     "problem", "problems", "issue", "issues", "error", "errors", "mess", "bug", "bugs",
                     "payment", "amount", "total", "balance", "rest", "whole", "entire", "entirety"})
@@ -147,7 +156,7 @@ def thing_of(text: str) -> Thing | None:
     after_first = re.compile(rf"\b(?:{first}|{first_stem})[a-z']*(?: +({_ID}))?") if first else None
     # A hyphen joins as a space does: "my account-photo" is the photo.
     after_head = re.compile(rf"\b(?:{head}|{head_stem})[a-z']*(?:(?: +|-)({_ID}))?(?: +(\S+))?")
-    located = re.compile(rf"\b([a-z0-9']+(?:-[a-z0-9]+)*) ({'|'.join(_PLACES)}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
+    located = re.compile(rf"\b([a-z0-9']+(?:-[a-z0-9]+)*) ({'|'.join(_PLACES | _LINKS)}) (?:(?:{'|'.join(DETERMINERS)}) )?(?:[a-z'-]+ ){{0,2}}"
                          rf"(?:{head}|{head_stem})")
     return Thing(head, first, head_stem, first_stem, after_head, after_first, located)
 
@@ -182,13 +191,19 @@ def _participle(word: str, then: str | None) -> bool:
 
 def _placed(request: Polarity, example: Polarity, thing: Thing) -> str:
     """A thing the request places in or on the example's ("delete the photos in my account" / "delete my account"),
-    or ""."""
-    if thing.head_stem not in request.words or _PLACES.isdisjoint(request.words):
-        return ""  # most requests, at the cost of two set looks
+    links to it after a verb that changes the thing itself ("delete the songs from my playlist"), or what the
+    example's thing holds ("delete everything in my account"); or ""."""
+    if thing.head_stem not in request.words or (_PLACES.isdisjoint(request.words) and _LINKS.isdisjoint(request.words)):
+        return ""  # most requests, at the cost of a few set looks
     for placed in thing.located.finditer(request.text):
         other, where = placed.group(1).removesuffix("'s"), placed.group(2)
+        if where in _LINKS and (other in _QUANTIFIERS or other == "one" or other in _IDIOMS
+                                or _ON_ITSELF.isdisjoint(example.tokens)):
+            continue  # "print a copy of my invoice", "get rid of my account"; "close one of my accounts" is the part check's
+        if not _of_thing(other, thing) and _from_example(other, example):
+            continue  # the example's own words: "remove one of the items from my cart", "the deletion of my account"
         before = next(reversed(request.text[:placed.start()].split()), "")  # the word before it
-        if other in _CONTENTS or (other in _HOLDS and before in _HOLDERS):
+        if other in _CONTENTS or (where in _PLACES and other in _HOLDS and before in _HOLDERS):
             # "delete everything in my account", "delete whatever is in ...", "the files i have in ...": what it holds,
             # which is the thing to a verb that acts on what it holds ("clear everything in my cart")
             if _ON_CONTENTS.isdisjoint(example.tokens):
@@ -197,9 +212,16 @@ def _placed(request: Polarity, example: Polarity, thing: Thing) -> str:
             if _names(before):  # "song 3 in my playlist"
                 return f"thing: {before + ' ' + other!r} placed {where} {thing.head!r} in the request"
         elif _names(other.replace("-", "")) and other not in _ABOUT and _object(before) \
-                and (_of_thing(other, thing) or not (other in example.words or word_stem(other) in example.words)):
+                and (_of_thing(other, thing) or word_stem(other) not in example.words):
             return f"thing: {other!r} placed {where} {thing.head!r} in the request, {thing.head!r} in the example"
     return ""
+
+
+def _from_example(word: str, example: Polarity) -> bool:
+    """Whether ``word`` is made from one of the example's words, or inside one: "items" / "item", "deletion" /
+    "delete", "cancellation" / "cancel", "name" / "rename"."""
+    return len(word) > 3 and any(len(token) > 3 and (word.startswith(word_stem(token)) or word in token)
+                                 for token in example.tokens)
 
 
 def _of_thing(word: str, thing: Thing) -> bool:

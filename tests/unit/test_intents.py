@@ -133,6 +133,14 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
     ("block this number", "block this number calling me", ""),
     ("delete my voicemail", "delete my voicemail greeting please", "'voicemail greeting' in the request"),
     ("how many calories does an apple have", "how many calories are in an apple", ""),
+    ("delete my playlist", "delete the songs from my playlist", "'songs' placed from 'playlist'"),
+    ("clear my cart", "remove the socks from my cart", "'socks' placed from 'cart'"),
+    ("print my invoice", "print a copy of my invoice", ""),  # not a verb that changes the thing itself
+    ("delete my account", "get rid of my account please", ""),
+    ("close my account", "go ahead with the closure of my account", ""),
+    ("rename my folder", "change the name of my folder", ""),
+    ("remove an item from my cart", "remove one of the items from my cart", ""),  # the example's own word
+    ("i have to reset my password", "i have to reset my password on the website", ""),
     ("track my order", "any news on my order", ""),
     ("track my order", "what is the progress on my order", ""),
     ("update my card", "update my card ending in 4421", ""),
@@ -160,19 +168,50 @@ def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match(
 
 def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
     # tests/data/intent_thing_inside_redteam.jsonl: 124 requests a reviewer wrote against the first version of the
-    # placed-thing check, each matching its example; all 124 passed the guard. Now 83 are refused. Still passing:
-    # "of", "from" and "to" ("delete the songs from my playlist"), which as often name the thing itself ("a copy
-    # of my invoice", "block calls from this number"), and compounds the check does not read (listed).
+    # placed-thing check, each matching its example; all 124 passed the guard. Now 113 are refused. Still passing:
+    # two with "of" or "to" ("print page 2 of my document", since "print a copy of my invoice" is the invoice),
+    # and compounds the check does not read (listed).
     cases = [json.loads(line) for line in (DATA / "intent_thing_inside_redteam.jsonl").read_text().splitlines()]
     passed = [(case["example"], case["request"]) for case in cases
               if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
     linked = [pair for pair in passed if re.search(r" (of|from|to) ", pair[1])]
-    assert len(cases) >= 120 and len(linked) == 32 and sorted(set(passed) - set(linked)) == [
+    assert len(cases) >= 120 and len(linked) == 2 and sorted(set(passed) - set(linked)) == [
         ("cancel my hotel", "cancel my hotel cleaning"), ("cancel my hotel", "cancel my hotel cleaning service"),
         ("delete my calendar", "delete my calendar daily reminder"), ("replace my phone", "replace my phone back"),
         ("turn off my keyboard", "turn off my keyboard backlighting"), ("turn off my phone", "turn off my phone 4g"),
         ("turn off my phone", "turn off my phone 5g"), ("turn off my router", "turn off my router 5g"),
         ("turn on bluetooth", "turn on bluetooth pairing")]
+
+
+def test_a_request_for_a_thing_linked_to_the_example_thing_does_not_match() -> None:
+    # tests/data/intent_thing_linked.jsonl: 160 requests a reviewer wrote, without reading the guard, for a thing
+    # linked to the example's by "of", "from", "to" or "for" ("delete the songs from my playlist", "cancel the
+    # changes to my order"). 37 matched their example before the guard read these words. After a verb that changes
+    # or ends the thing itself (delete, cancel, reset, clear ...) such a thing is another; after another verb it may
+    # be the thing ("print a copy of my invoice"). The five that match still: "restore", which reviewers read both
+    # ways ("restore all files from my backup" is the backup to one of them), and the example's own word ("close
+    # the tabs to the right of this tab").
+    cases = [json.loads(line) for line in (DATA / "intent_thing_linked.jsonl").read_text().splitlines()]
+    matched = [(case["example"], case["request"]) for case in cases
+               if index(rule(case["example"])).match(normalise(case["request"])) is not None]
+    assert len(cases) >= 160 and matched == [
+        ("restore my backup", "restore the photos from my backup"),
+        ("restore my backup", "can you restore the schedule of my backup"),
+        ("close this tab", "close the tabs to the right of this tab"),
+        ("restore my contacts", "restore the photos of my contacts"),
+        ("restore my contacts", "restore the app access to my contacts")]
+
+
+def test_a_request_that_links_its_own_thing_mostly_passes() -> None:
+    # tests/data/intent_thing_linked_same.jsonl: 160 requests the same reviewer wrote to mean their example while
+    # saying "of", "from", "to" or "for" ("track the delivery of my order", "block calls from this number", "change
+    # the name of my folder"). 95 matched their example before the check read these words, 90 now; the check
+    # refuses 10 ("share a copy of this photo", "lock the screen of my phone", "clear all messages from the chat"):
+    # a refused request costs a model call.
+    cases = [json.loads(line) for line in (DATA / "intent_thing_linked_same.jsonl").read_text().splitlines()]
+    reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
+    assert len(cases) >= 160 and len([r for r in reasons if r.startswith("thing")]) <= 10
+    assert sum(index(rule(case["example"])).match(normalise(case["request"])) is not None for case in cases) >= 90
 
 
 def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() -> None:
