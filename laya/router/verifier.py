@@ -104,9 +104,12 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     (r"^\W*help me( to)?\b", ""), (r"^\W*tell me\b", ""), (r"\blet me know\b", ""), (r"\bi wonder\b", ""),
     (r"\bdo you know\b", ""), (r"^\W*give me\b", ""), (r"\bfor me\b", ""), (r"\bjust\b", ""),
     (r"\b(turn|switch|shut) off\b" + _DEVICE, "disable"), (r"\b(turn|switch) on\b" + _DEVICE, "enable"),
-    (r"\bget rid of\b", "remove"), (r"\bus (?=dollars?\b)", ""),  # part of the unit: "100 euros in US dollars" swaps two units
+    (r"\bget rid of\b", "remove"),
+    # Part of the unit: "100 euros in US dollars" swaps the two units of "100 US dollars in euros".
+    (r"\bus (?=dollars?\b)", ""),
     # A temperature's scale is its unit: "400°F", "400 degrees Fahrenheit" and "400 fahrenheit" say the same.
-    (r"(?:°|\bdeg(?:rees?)?\b) ?(?:f\b|fahrenheit\b)", " fahrenheit"), (r"(?:°|\bdeg(?:rees?)?\b) ?(?:c\b|celsius\b|centigrade\b)", " celsius"),
+    (r"(?:°|\bdeg(?:rees?)?\b) ?(?:f\b|fahrenheit\b)", " fahrenheit"),
+    (r"(?:°|\bdeg(?:rees?)?\b) ?(?:c\b|celsius\b|centigrade\b)", " celsius"),
     # Reminding oneself is one word, so that "Remind Sarah to text" is not "Set a reminder to text Sarah".
     (r"\bset (a |an )?reminder\b", "remind me"), (r"\bremind me\b", "remindme"),
     (r"\bin (simple|plain) (terms|words|english)\b|\bsimply put\b|\bsimply(?=\s*([.?!,]|$))", "plainly"),
@@ -714,6 +717,7 @@ def _directions(tokens: list[str]) -> list[tuple[str, str]]:
     return found
 
 
+_SCALES = frozenset({"fahrenheit", "celsius", "centigrade", "kelvin"})
 _QUOTED = re.compile(r"(?<![A-Za-z])['\"‘“]([^'\"‘’“”\n]{1,60})['\"’”](?![A-Za-z])")
 """A short quoted span: its words are named, not meant ("Translate 'take' into Spanish"), so no synonym
 stands in for them."""
@@ -729,7 +733,8 @@ def _entities(text: str) -> list[str]:
         acronym = word.isupper() and len(word) > 1 and word.isalpha()
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
         named = word[0].isupper() and not opening and word.lower() not in FUNCTION_WORDS and word != "I"
-        if acronym or mixed or named:
+        scale = word.lower() in _SCALES or (word in ("F", "C") and before[-1:] in "°0123456789")
+        if (acronym or mixed or named) and not scale:  # a unit's scale is compared as a unit: "400°F"
             found.append(word.lower())
     return found
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -121,26 +122,40 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
     ("delete my account", "delete my account-photo", "'account photo' in the request"),
     ("delete my voicemail", "delete my voicemail greeting", "'voicemail greeting' in the request"),
     ("replace my guitar", "replace my guitar string", "'guitar string' in the request"),
-    ("reset my router", "reset the password on my router", "'password' placed on 'router'"),
-    ("cancel my subscription", "cancel the add-on on my subscription", "'add-on' placed on 'subscription'"),
+    ("reset my router", "reset the password on my router", "'password' on 'router'"),
+    ("cancel my subscription", "cancel the add-on on my subscription", "'add-on' on 'subscription'"),
     ("delete my account", "delete everything in my account", "what 'account' holds"),
     ("delete my account", "delete whatever is in my account", "what 'account' holds"),
     ("clear my cart", "clear everything in my cart", ""),  # a verb that acts on what its thing holds
-    ("delete my playlist", "delete song 3 in my playlist", "'song 3' placed in 'playlist'"),
-    ("delete my photo album", "delete the photo in my album", "'photo' placed in 'album'"),
-    ("turn off my router", "turn off wifi on my router", "'wifi' placed on 'router'"),
+    ("delete my playlist", "delete song 3 in my playlist", "'song 3' in 'playlist'"),
+    ("delete my photo album", "delete the photo in my album", "'photo' in 'album'"),
+    ("turn off my router", "turn off wifi on my router", "'wifi' on 'router'"),
     ("fix my laptop", "fix the issue on my laptop", ""),
     ("block this number", "block this number calling me", ""),
     ("delete my voicemail", "delete my voicemail greeting please", "'voicemail greeting' in the request"),
     ("how many calories does an apple have", "how many calories are in an apple", ""),
-    ("delete my playlist", "delete the songs from my playlist", "'songs' placed from 'playlist'"),
-    ("clear my cart", "remove the socks from my cart", "'socks' placed from 'cart'"),
+    ("delete my playlist", "delete the songs from my playlist", "'songs' from 'playlist'"),
+    ("clear my cart", "remove the socks from my cart", "'socks' from 'cart'"),
     ("print my invoice", "print a copy of my invoice", ""),  # not a verb that changes the thing itself
     ("delete my account", "get rid of my account please", ""),
     ("close my account", "go ahead with the closure of my account", ""),
     ("rename my folder", "change the name of my folder", ""),
     ("remove an item from my cart", "remove one of the items from my cart", ""),  # the example's own word
     ("i have to reset my password", "i have to reset my password on the website", ""),
+    # Found by the session's reviewer: the example's own verb after "to", its thing twice, lists, hyphens, "-ing"
+    # things before "for", words that start like the example's ("photographs", "accountant"), digits.
+    ("delete my account", "find the option to delete my account", ""),
+    ("park my car", "park my car in the car park", ""),
+    ("lock my car", "lock my car in the carport", ""),
+    ("cancel my order", "cancel my order in order to get a refund", ""),
+    ("delete my account", "delete the photos and videos in my account", "'videos' in 'account'"),
+    ("delete my account", "delete photos, videos in my account", "'videos' in 'account'"),
+    ("cancel my subscription", "cancel my subscription add-on", "'subscription add-on' in the request"),
+    ("cancel my order", "cancel my order-related emails", "'order related' in the request"),
+    ("delete my voicemail", "delete my voicemail greeting for me", "'voicemail greeting' in the request"),
+    ("delete my photo album", "delete the photographs in my album", "'photographs' in 'album'"),
+    ("delete my account", "delete the accountant on my account", "'accountant' on 'account'"),
+    ("turn off my phone", "turn off 5g on my phone", "'5g' on 'phone'"),
     ("track my order", "any news on my order", ""),
     ("track my order", "what is the progress on my order", ""),
     ("update my card", "update my card ending in 4421", ""),
@@ -150,6 +165,18 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
 def test_the_thing_check_reads_what_a_request_names(example: str, request_text: str, reason: str) -> None:
     found = clash(polarity(normalise(request_text)), polarity(example, opposites=True))
     assert (reason in found) if reason else found == "", found
+
+
+def test_a_long_request_is_read_in_linear_time() -> None:
+    # The placed-thing pattern once tried a match from inside every word joined by "'" or "-", and read the whole
+    # text before each match: 63 s for a request of 20,000 such words, under the router's 1 MB request limit. A
+    # quadratic reading takes seconds here; a linear one takes milliseconds.
+    account, order = polarity("delete my account", opposites=True), polarity("track my order", opposites=True)
+    started = time.perf_counter()
+    clash(polarity(normalise("in my account " + "'".join(["ab"] * 20_000) + " xx account")), account)
+    clash(polarity(normalise("a-" * 20_000 + " in my account")), account)
+    clash(polarity(normalise("any news on my order " * 4_000)), order)
+    assert time.perf_counter() - started < 1.5
 
 
 def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match() -> None:
@@ -175,7 +202,10 @@ def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
     passed = [(case["example"], case["request"]) for case in cases
               if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
     linked = [pair for pair in passed if re.search(r" (of|from|to) ", pair[1])]
-    assert len(cases) >= 120 and len(linked) == 2 and sorted(set(passed) - set(linked)) == [
+    assert len(cases) >= 120 and linked == [
+        ("print my document", "print page 2 of my document"),
+        ("cancel my order", "cancel the item i added to my order")]
+    assert sorted(set(passed) - set(linked)) == [
         ("cancel my hotel", "cancel my hotel cleaning"), ("cancel my hotel", "cancel my hotel cleaning service"),
         ("delete my calendar", "delete my calendar daily reminder"), ("replace my phone", "replace my phone back"),
         ("turn off my keyboard", "turn off my keyboard backlighting"), ("turn off my phone", "turn off my phone 4g"),
@@ -191,10 +221,13 @@ def test_a_request_for_a_thing_linked_to_the_example_thing_does_not_match() -> N
     # be the thing ("print a copy of my invoice"). The five that match still: "restore", which reviewers read both
     # ways ("restore all files from my backup" is the backup to one of them), and the example's own word ("close
     # the tabs to the right of this tab").
+    # 13 pass the guard, the other 8 below the similarity the index needs.
     cases = [json.loads(line) for line in (DATA / "intent_thing_linked.jsonl").read_text().splitlines()]
+    passed = [case for case in cases
+              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
     matched = [(case["example"], case["request"]) for case in cases
                if index(rule(case["example"])).match(normalise(case["request"])) is not None]
-    assert len(cases) >= 160 and matched == [
+    assert len(cases) >= 160 and len(passed) == 13 and matched == [
         ("restore my backup", "restore the photos from my backup"),
         ("restore my backup", "can you restore the schedule of my backup"),
         ("close this tab", "close the tabs to the right of this tab"),
@@ -221,9 +254,14 @@ def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() 
     # checks refuse 5, as they did before it (a second owner, "my email address", "location" without "services",
     # "the photo on my profile"); 60 match their example, as before.
     cases = [json.loads(line) for line in (DATA / "intent_thing_inside_same.jsonl").read_text().splitlines()]
-    reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
-    assert len(cases) >= 150 and not [r for r in reasons if " placed " in r]
-    assert sum(map(bool, reasons)) == 5
+    refused = [(case["example"], case["request"]) for case in cases
+               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    assert len(cases) >= 150 and refused == [
+        ("cancel my order", "i want to cancel my order on your site"),
+        ("delete my account", "can you delete my account on your platform"),
+        ("change my email", "please change my email address in my profile"),
+        ("turn off location services", "please turn off location in the settings"),
+        ("change my profile picture", "update the photo on my profile")]
     assert sum(index(rule(case["example"])).match(normalise(case["request"])) is not None for case in cases) == 60
 
 
@@ -233,10 +271,14 @@ def test_what_a_red_team_wrote_to_mean_the_example_with_in_or_on_is_mostly_still
     # a word about the thing ("the issue on my laptop", "a payment on my bill"), a part the verb always acts on
     # ("start the engine in my car"), "this number calling me". The first two pass now; the parts do not, as "reset
     # the password on my router" must not: a refused request costs a model call, a wrong route a wrong answer.
+    # 66 are refused.
     cases = [json.loads(line) for line in (DATA / "intent_thing_inside_same_redteam.jsonl").read_text().splitlines()]
-    refused = [case for case in cases
-               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
-    assert len(cases) >= 99 and len(refused) <= 67
+    refused = {(case["example"], case["request"]) for case in cases
+               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))}
+    assert len(cases) >= 99 and len(refused) == 66
+    assert {("clear my cart", "clear everything in my cart"), ("fix my laptop", "fix the issue on my laptop"),
+            ("block this number", "block this number calling me")}.isdisjoint(refused)
+    assert ("start my car", "start the engine in my car") in refused
 
 
 def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:

@@ -85,6 +85,7 @@ def verdict(a: str, b: str) -> str:
     ("move the server from ftp to ftps", "move the server from ftps to ftp", "direction"),
     # "US" before dollars is not the pronoun "us" between them (semantic_pairs_heldout6.jsonl's one wrong hit).
     ("What is 100 US dollars in euros?", "What is 100 euros in US dollars?", "order"),
+    ("Bake at 400°F", "Bake at 400°C", "units"),
 ])
 def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -> None:
     assert verdict(a, b) == reason
@@ -94,6 +95,8 @@ def test_a_change_of_meaning_is_refused_and_named(a: str, b: str, reason: str) -
 @pytest.mark.parametrize(("a", "b"), [
     ("How do I reset my password?", "How can I reset my password?"),
     ("Convert 5 km to miles", "Please convert five km to miles"),
+    ("Bake the chicken at 400°F", "Bake the chicken at 400 degrees Fahrenheit"),  # a scale is no entity
+    ("Is 30°C hot?", "Is 30 degrees celsius hot?"),
     ("Can you buy me a car", "Please purchase a car for me"),
     ("I don't want to cancel my subscription", "I do not want to cancel my subscription"),
     ("Summarize this article", "Please summarise this article"),
