@@ -43,6 +43,21 @@ def rule(example: str) -> RuleSpec:
     return RuleSpec(name="r", examples=[example], reply="ok")
 
 
+def cases_in(name: str) -> list[dict[str, str]]:
+    """The cases of a file in tests/data, one {"example": ..., "request": ...} a line."""
+    return [json.loads(line) for line in (DATA / name).read_text().splitlines()]
+
+
+def refusal(case: dict[str, str]) -> str:
+    """Why the guard refuses the case's request for its example, or ""."""
+    return clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))
+
+
+def matches(case: dict[str, str]) -> bool:
+    """Whether an index of the example's rule alone matches the case's request."""
+    return index(rule(case["example"])).match(normalise(case["request"])) is not None
+
+
 @pytest.mark.parametrize(("rule", "request_text"), [
     (CANCEL, "Do not cancel my subscription"),
     (CANCEL, "I don't want to cancel my subscription"),
@@ -74,7 +89,7 @@ def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_i
     # of it) and passed the guard of its day. The last 92 passed a rule, tried and dropped on 6 December, that let
     # a reason after the request ("because i no longer use it") keep its negation and tense to itself: "cancel my
     # order because it's late. no wait don't", "pay my bill since i already paid it twice".
-    cases = [json.loads(line) for line in (DATA / "intent_opposites.jsonl").read_text().splitlines()]
+    cases = cases_in("intent_opposites.jsonl")
     assert len(cases) >= 220
     for case in cases:
         request, example = normalise(case["request"]), case["example"]
@@ -99,9 +114,8 @@ def test_the_part_check_lets_same_requests_with_of_and_from_through() -> None:
     # saying "of" or "from" ("track the status of my order", "close one of my accounts"), each at least 0.85
     # similar. The part check refused 122 of them when it first read every "one of" by its stem; now at most 5 %
     # (21 when this was written: "update some of my details", "part of my bill is wrong"; borderline).
-    cases = [json.loads(line) for line in (DATA / "intent_part_paraphrases.jsonl").read_text().splitlines()]
-    refused = [case for case in cases
-               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)).startswith("part")]
+    cases = cases_in("intent_part_paraphrases.jsonl")
+    refused = [case for case in cases if refusal(case).startswith("part")]
     assert len(cases) >= 400 and len(refused) <= 0.05 * len(cases), refused
 
 
@@ -111,11 +125,10 @@ def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> No
     # "delete my profile picture"), and 14 a second reviewer found getting past the first version of the check.
     # 52 of the first 120 matched their example before the guard read compounds. Three passed until 7 December: a
     # thing in "-ing" ("my voicemail greeting", read like "my card ending in 4421") and a hyphen ("account-photo").
-    cases = [json.loads(line) for line in (DATA / "intent_compound_things.jsonl").read_text().splitlines()]
-    passed = [case for case in cases
-              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    cases = cases_in("intent_compound_things.jsonl")
+    passed = [case for case in cases if not refusal(case)]
     assert len(cases) >= 130 and passed == []
-    assert [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None] == []
+    assert [case for case in cases if matches(case)] == []
 
 
 @pytest.mark.parametrize(("example", "request_text", "reason"), [
@@ -185,12 +198,11 @@ def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match(
     # "reset my router"). 31 matched their example before the guard read "in" and "on"; 148 passed its checks. One
     # passes still: the word before the thing names none ("the night light on ..."), and "on" after an opening
     # verb goes with the verb ("please turn on the dark mode"), so the guard cannot tell "night" from "please".
-    cases = [json.loads(line) for line in (DATA / "intent_thing_inside.jsonl").read_text().splitlines()]
-    passed = [(case["example"], case["request"]) for case in cases
-              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    cases = cases_in("intent_thing_inside.jsonl")
+    passed = [(case["example"], case["request"]) for case in cases if not refusal(case)]
     assert len(cases) >= 150 and passed == [
         ("turn off my smart speaker", "please turn off the night light on my smart speaker")]
-    assert [case for case in cases if index(rule(case["example"])).match(normalise(case["request"])) is not None] == []
+    assert [case for case in cases if matches(case)] == []
 
 
 def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
@@ -198,9 +210,8 @@ def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
     # placed-thing check, each matching its example; all 124 passed the guard. Now 113 are refused. Still passing:
     # two with "of" or "to" ("print page 2 of my document", since "print a copy of my invoice" is the invoice),
     # and compounds the check does not read (listed).
-    cases = [json.loads(line) for line in (DATA / "intent_thing_inside_redteam.jsonl").read_text().splitlines()]
-    passed = [(case["example"], case["request"]) for case in cases
-              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    cases = cases_in("intent_thing_inside_redteam.jsonl")
+    passed = [(case["example"], case["request"]) for case in cases if not refusal(case)]
     linked = [pair for pair in passed if re.search(r" (of|from|to) ", pair[1])]
     assert len(cases) >= 120 and linked == [
         ("print my document", "print page 2 of my document"),
@@ -222,11 +233,9 @@ def test_a_request_for_a_thing_linked_to_the_example_thing_does_not_match() -> N
     # ways ("restore all files from my backup" is the backup to one of them), and the example's own word ("close
     # the tabs to the right of this tab").
     # 13 pass the guard, the other 8 below the similarity the index needs.
-    cases = [json.loads(line) for line in (DATA / "intent_thing_linked.jsonl").read_text().splitlines()]
-    passed = [case for case in cases
-              if not clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
-    matched = [(case["example"], case["request"]) for case in cases
-               if index(rule(case["example"])).match(normalise(case["request"])) is not None]
+    cases = cases_in("intent_thing_linked.jsonl")
+    passed = [case for case in cases if not refusal(case)]
+    matched = [(case["example"], case["request"]) for case in cases if matches(case)]
     assert len(cases) >= 160 and len(passed) == 13 and matched == [
         ("restore my backup", "restore the photos from my backup"),
         ("restore my backup", "can you restore the schedule of my backup"),
@@ -241,10 +250,10 @@ def test_a_request_that_links_its_own_thing_mostly_passes() -> None:
     # the name of my folder"). 95 matched their example before the check read these words, 90 now; the check
     # refuses 10 ("share a copy of this photo", "lock the screen of my phone", "clear all messages from the chat"):
     # a refused request costs a model call.
-    cases = [json.loads(line) for line in (DATA / "intent_thing_linked_same.jsonl").read_text().splitlines()]
-    reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
+    cases = cases_in("intent_thing_linked_same.jsonl")
+    reasons = [refusal(case) for case in cases]
     assert len(cases) >= 160 and len([r for r in reasons if r.startswith("thing")]) <= 10
-    assert sum(index(rule(case["example"])).match(normalise(case["request"])) is not None for case in cases) >= 90
+    assert sum(matches(case) for case in cases) >= 90
 
 
 def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() -> None:
@@ -253,16 +262,15 @@ def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() 
     # inside this app"). The check that reads a thing placed in another refuses none of them; the guard's other
     # checks refuse 5, as they did before it (a second owner, "my email address", "location" without "services",
     # "the photo on my profile"); 60 match their example, as before.
-    cases = [json.loads(line) for line in (DATA / "intent_thing_inside_same.jsonl").read_text().splitlines()]
-    refused = [(case["example"], case["request"]) for case in cases
-               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))]
+    cases = cases_in("intent_thing_inside_same.jsonl")
+    refused = [(case["example"], case["request"]) for case in cases if refusal(case)]
     assert len(cases) >= 150 and refused == [
         ("cancel my order", "i want to cancel my order on your site"),
         ("delete my account", "can you delete my account on your platform"),
         ("change my email", "please change my email address in my profile"),
         ("turn off location services", "please turn off location in the settings"),
         ("change my profile picture", "update the photo on my profile")]
-    assert sum(index(rule(case["example"])).match(normalise(case["request"])) is not None for case in cases) == 60
+    assert sum(matches(case) for case in cases) == 60
 
 
 def test_what_a_red_team_wrote_to_mean_the_example_with_in_or_on_is_mostly_still_refused() -> None:
@@ -272,9 +280,8 @@ def test_what_a_red_team_wrote_to_mean_the_example_with_in_or_on_is_mostly_still
     # ("start the engine in my car"), "this number calling me". The first two pass now; the parts do not, as "reset
     # the password on my router" must not: a refused request costs a model call, a wrong route a wrong answer.
     # 66 are refused.
-    cases = [json.loads(line) for line in (DATA / "intent_thing_inside_same_redteam.jsonl").read_text().splitlines()]
-    refused = {(case["example"], case["request"]) for case in cases
-               if clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True))}
+    cases = cases_in("intent_thing_inside_same_redteam.jsonl")
+    refused = {(case["example"], case["request"]) for case in cases if refusal(case)}
     assert len(cases) >= 99 and len(refused) == 66
     assert {("clear my cart", "clear everything in my cart"), ("fix my laptop", "fix the issue on my laptop"),
             ("block this number", "block this number calling me")}.isdisjoint(refused)
@@ -288,8 +295,8 @@ def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() 
     # come", "my subscription should be cancelled", "delete my profile photo", "update my résumé"). The compound
     # check refuses none; the guard's other checks refuse 10, each a clause with a negation or a past tense ("delete
     # my account because i no longer use it"), as they did before.
-    cases = [json.loads(line) for line in (DATA / "intent_same_thing_trailing.jsonl").read_text().splitlines()]
-    reasons = [clash(polarity(normalise(case["request"])), polarity(case["example"], opposites=True)) for case in cases]
+    cases = cases_in("intent_same_thing_trailing.jsonl")
+    reasons = [refusal(case) for case in cases]
     assert len(cases) >= 170 and not [r for r in reasons if r.startswith("thing")]
     assert sum(map(bool, reasons)) == 10 and all(r.startswith(("negation", "tense")) for r in reasons if r)
 
