@@ -336,10 +336,12 @@ def _ends(tokens: tuple[str, ...]) -> set[tuple[str, str]]:
         direction = _DIRECTION.get(token)
         if token == "out" and tokens[i + 1:i + 2] == ("of",):
             direction, i = "from", i + 1
-        if direction is not None:
-            following = next((t for t in tokens[i + 1:] if t not in _ARTICLES), None)
-            if following is not None:
-                found.add((direction, following))
+        if direction is not None:  # read on by index: a copy of the rest per "to" is quadratic in a long request
+            j = i + 1
+            while j < len(tokens) and tokens[j] in _ARTICLES:
+                j += 1
+            if j < len(tokens):
+                found.add((direction, tokens[j]))
     return found
 
 

@@ -79,7 +79,8 @@ _CONTRACTIONS = [
 ]
 _TOKEN = re.compile(r"\d+(?:[.,]\d+)*|[a-z]+|[%$€£¥°]")
 _TOKENS = re.compile(r"how_many|" + _TOKEN.pattern)
-_PAYLOAD = re.compile(r"[:?\n](?=\s*(?:\S+\s+){2}\S)")
+_PAYLOAD_MARK = re.compile(r"[:?\n]")
+_WORD = re.compile(r"\S+")
 """Where a pasted text starts: a colon, question mark or line break with at least three more words after it."""
 _RAW_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9]*|\d[\w]*")
 
@@ -407,11 +408,20 @@ def canonical_number(token: str) -> str:
     return value.lstrip("0") or "0"
 
 
+def _payload(lowered: str) -> int:
+    """Where a pasted text starts: the first ":", "?" or line break that at least three words follow ("Summarize
+    this text: the meeting moved"), or -1. Found from the third word from the end, once: a regex looking ahead from
+    every colon reads the rest of the text each time, which is quadratic in a long prompt of colons."""
+    ends = [word.end() for word in _WORD.finditer(lowered)]
+    # A mark at p is followed by three words when the third word from the end has a character after p.
+    return -1 if len(ends) < 3 else next((m.start() for m in _PAYLOAD_MARK.finditer(lowered, 0, ends[-3] - 1)), -1)
+
+
 def _framed(lowered: str) -> str:
     """``lowered`` with :data:`_FRAMES` rewritten before a pasted text only: in the text they are quoted, not
     asked ("Translate into French: Can you help me?" is not "... Will you help me?")."""
-    payload = _PAYLOAD.search(lowered)
-    end = payload.start() + 1 if payload else len(lowered)  # with the colon: "the notes below:"
+    payload = _payload(lowered)
+    end = payload + 1 if payload >= 0 else len(lowered)  # with the colon: "the notes below:"
     head, text = lowered[:end], lowered[end:]
     for frame, replacement, literal in _FRAMES_GUARDED:
         if literal in head:
@@ -437,9 +447,9 @@ def _negated(lowered: str) -> tuple[frozenset[str], ...]:
 
 def _closing(lowered: str) -> frozenset[str] | None:
     """The content stems after the last line break, where a line break follows the pasted text's start."""
-    payload = _PAYLOAD.search(lowered)
+    payload = _payload(lowered)
     end = lowered.rstrip().rfind("\n")
-    return _content_stems(lowered[end + 1:]) if payload and end >= payload.start() else None
+    return _content_stems(lowered[end + 1:]) if payload >= 0 and end >= payload else None
 
 
 def _guarded(patterns: list[tuple[re.Pattern[str], str]], pad: bool) -> list[tuple[re.Pattern[str], str, str]]:
@@ -465,8 +475,8 @@ def analyse(text: str) -> Words:
     lowered = _framed(lowered)
     tokens = [token if token in _QUESTION_WORDS else token.replace("_", " ") for token in
               _TOKENS.findall(lowered)]
-    payload = _PAYLOAD.search(lowered)
-    instruction_end = len(_TOKENS.findall(lowered, 0, payload.start())) if payload else -1
+    payload = _payload(lowered)
+    instruction_end = len(_TOKENS.findall(lowered, 0, payload)) if payload >= 0 else -1
     instruction = set()
     negations, numbers = [], []
     units, dates, tense, comparatives, questions, modals, content = set(), set(), set(), set(), set(), set(), set()
@@ -521,17 +531,18 @@ def analyse(text: str) -> Words:
         sequence.append(key or token)
         if key:
             keys.add(key)
+    how_many = "how_many" in tokens
     return Words(tuple(sorted(negations)), tuple(sorted(numbers)), frozenset(units), frozenset(dates),
                  frozenset(tense), frozenset(comparatives), entities, frozenset(questions), frozenset(modals),
                  frozenset(content), frozenset(tokens), frozenset(_directions(tokens)), tuple(sequence),
-                 frozenset(keys), frozenset(instruction) if payload else None,
+                 frozenset(keys), frozenset(instruction) if payload >= 0 else None,
                  frozenset(({"an": "a"}.get(token, token), _object(following))
                            for i, (token, following) in enumerate(itertools.pairwise(tokens))
-                           if token in _COUNTED and (token != "one" or _one_as_a(tokens, i))
+                           if token in _COUNTED and (token != "one" or _one_as_a(tokens, i, how_many))
                            and (token not in POSSESSIVES or _named(tokens, i))), raw,
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
                  word_stem(tokens[0]) if tokens and tokens[0] not in FUNCTION_WORDS else "",
-                 _negated(lowered) if negations else (), _closing(lowered) if payload else None,
+                 _negated(lowered) if negations else (), _closing(lowered) if payload >= 0 else None,
                  bool(tokens) and tokens[0] in AUXILIARIES)
 
 
@@ -642,12 +653,13 @@ def _named(tokens: list[str], i: int) -> bool:
     return i > 0 and tokens[i - 1] in ("is", "are", "was", "were")
 
 
-def _one_as_a(tokens: list[str], i: int) -> bool:
+def _one_as_a(tokens: list[str], i: int, how_many: bool) -> bool:
     """Whether the "one" at ``tokens[i]`` may stand for "a": opening a request or right after its opening verb
     ("One large pizza", "Order one large pizza", "Name one planet") or beside "how many" ("How many euros is one
     dollar?"), but not in a question, where "one" counts ("Is the UK one country?", "Why does China have one time
-    zone?"), nor further in ("List countries with one official language", "Tell me if the UK is one country")."""
-    return "how_many" in tokens or not tokens or (tokens[0] not in _ONE_OPENERS and i <= 1)
+    zone?"), nor further in ("List countries with one official language", "Tell me if the UK is one country").
+    ``how_many``: whether the tokens hold "how many" (found once, not for each "one")."""
+    return how_many or not tokens or (tokens[0] not in _ONE_OPENERS and i <= 1)
 
 
 def _unit(token: str, stem: str) -> str | None:
@@ -706,12 +718,14 @@ def _object(token: str) -> str:
 def _directions(tokens: list[str]) -> list[tuple[str, str]]:
     """(direction word, the first word after it that is not a function word), e.g. ("to", "rome")."""
     found = []
+    last = len(tokens) - 1
     for i, token in enumerate(tokens):
         if token in _DIRECTIONS:
-            rest = tokens[i + 1:]
-            # A function word right before another direction word, or last, is the object: "from A to Z".
-            following = next((t for j, t in enumerate(rest) if t not in FUNCTION_WORDS or t in _DIRECTIONS
-                              or j + 1 == len(rest) or rest[j + 1] in _DIRECTIONS), None)
+            # A function word right before another direction word, or last, is the object: "from A to Z". Read on
+            # by index: a copy of the rest per direction word is quadratic in a long prompt.
+            following = next((tokens[j] for j in range(i + 1, last + 1)
+                              if tokens[j] not in FUNCTION_WORDS or tokens[j] in _DIRECTIONS or j == last
+                              or tokens[j + 1] in _DIRECTIONS), None)
             if following is not None and following not in _DIRECTIONS:
                 found.append((token, _object(following)))
     return found
@@ -723,17 +737,25 @@ _QUOTED = re.compile(r"(?<![A-Za-z])['\"‘“]([^'\"‘’“”\n]{1,60})['\"�
 stands in for them."""
 
 
+def _last_char(text: str, end: int) -> str:
+    """The last character before ``end`` that is not a space, or ""."""
+    i = end - 1
+    while i >= 0 and text[i].isspace():
+        i -= 1
+    return text[i] if i >= 0 else ""
+
+
 def _entities(text: str) -> list[str]:
     """Capitalised words not opening a sentence, acronyms, words mixing letters and digits, and quoted words."""
     found = [word.lower() for span in _QUOTED.findall(text) for word in _RAW_TOKEN.findall(span)]
     for match in _RAW_TOKEN.finditer(text):
         word = match.group(0)
-        before = text[:match.start()].rstrip()
-        opening = not before or before[-1] in ".!?:;\"'(\n"
+        last = _last_char(text, match.start())  # not text[:start]: a copy per word is quadratic in a long prompt
+        opening = not last or last in ".!?:;\"'("
         acronym = word.isupper() and len(word) > 1 and word.isalpha()
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
         named = word[0].isupper() and not opening and word.lower() not in FUNCTION_WORDS and word != "I"
-        scale = word.lower() in _SCALES or (word in ("F", "C") and before[-1:] in "°0123456789")
+        scale = word.lower() in _SCALES or (word in ("F", "C") and bool(last) and last in "°0123456789")
         if (acronym or mixed or named) and not scale:  # a unit's scale is compared as a unit: "400°F"
             found.append(word.lower())
     return found
