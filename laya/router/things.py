@@ -207,7 +207,7 @@ def _object(before: str) -> bool:
 def _participle(word: str, then: str | None) -> bool:
     """A word in "-ing" that says what a thing does ("ending", "arriving"), not one that names a thing: listed
     (:data:`_ING_NOUNS`), or with no vowel before its "-ing" ("ring", "string", "thing"). A listed one does too
-    before an object or a place ("this number calling me", "my order shipping to rome")."""
+    before an object pronoun ("this number calling me")."""
     return word.endswith("ing") and any(vowel in word[:-3] for vowel in "aeiouy") \
         and (word not in _ING_NOUNS or then in _AFTER_PARTICIPLE)
 
