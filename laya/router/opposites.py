@@ -146,7 +146,8 @@ def _base(word: str) -> str | None:
 
 
 _PERCENT = re.compile(r"(\d) ?(?:percent|per cent)\b")
-_DOLLARS = re.compile(r"(\d+(?:[.,]\d+)*) ?(?:dollars?|usd)\b")
+_DOLLARS = re.compile(r"(?<!\d)(?<!\d[.,])(\d++(?:[.,]\d++)*+) ?(?:dollars?|usd)\b")
+"""From a number's first digit only, possessively: tried from every digit, a long run of them is quadratic."""
 
 
 def _number(token: str) -> str:

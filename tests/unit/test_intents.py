@@ -190,6 +190,7 @@ def test_a_long_request_is_read_in_linear_time() -> None:
     clash(polarity(normalise("a-" * 20_000 + " in my account")), account)
     clash(polarity(normalise("any news on my order " * 4_000)), order)
     clash(polarity(normalise("one of my orders from my order " * 16_000)), order)  # 2 s before "to"/"from" read on
+    clash(polarity(normalise("usd " + "1" * 40_000)), order)  # 55 s when "10 dollars" was looked for from every digit
     assert time.perf_counter() - started < 1.5
 
 
