@@ -18,6 +18,7 @@ becomes the enum of its values when the range holds at most
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
     from laya.schema import ResponseFormat
 
-__all__ = ["MAX_INTEGER_RANGE", "ParsedAnswer", "canonical", "check_schema", "grammar_for", "parse_answer"]
+__all__ = ["MAX_INTEGER_RANGE", "MAX_REPEAT", "ParsedAnswer", "canonical", "check_schema", "grammar_for", "parse_answer"]
 
 MAX_INTEGER_RANGE = 1000
 
@@ -42,6 +43,20 @@ _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean",
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _MAX_DEPTH = 32
+_MAX_NESTING = 64
+"""How deep any value in a schema may nest, annotations included (``description``, ``default``): the cache key and
+the job's JSON are written by encoders that stop at a few hundred levels."""
+MAX_REPEAT = 1000
+"""The largest length or count llama.cpp's grammar takes: the converter writes ``maxLength: 1001`` as a repetition
+llama.cpp refuses to parse, and llama-cpp-python then crashes the worker instead of raising."""
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+_SHAPES: dict[str, tuple[type, ...]] = {
+    "type": (str, list), "properties": (dict,), "$defs": (dict,), "definitions": (dict,), "required": (list,),
+    "anyOf": (list,), "oneOf": (list,), "allOf": (list,), "prefixItems": (list,), "items": (dict, list),
+    "additionalProperties": (bool, dict), "enum": (list,), "pattern": (str,), "format": (str,), "$ref": (str,),
+}
+"""The JSON types each keyword's value may have."""
+_QUANTIFIER = re.compile(r"\{(\d+)(?:,(\d*))?\}")
 _APPLIES_TO = {
     "string": {"minLength", "maxLength", "pattern", "format"},
     "integer": set(_BOUNDS),
@@ -67,8 +82,50 @@ def check_schema(schema: Any) -> None:
     """Refuse (:class:`InvalidRequest`) a schema the grammar converter would not enforce, naming the keyword."""
     if not isinstance(schema, dict):
         raise _refuse("#", f"a schema must be a JSON object, got {type(schema).__name__}")
+    if _nesting(schema) > _MAX_NESTING:
+        raise _refuse("#", f"values nested deeper than {_MAX_NESTING} levels (annotations included); flatten it")
     for path, node in _walk(schema, "#", 0):
+        _check_shape(path, node)
         _check_node(path, node)
+
+
+def _nesting(value: Any) -> int:
+    """How deep ``value`` nests (a scalar: 0), without recursion: a schema may nest a thousand levels."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= _MAX_NESTING:
+                stack.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
+def _check_shape(path: str, node: dict[str, Any]) -> None:
+    """Refuse a keyword whose value has the wrong JSON type, a length or count over :data:`MAX_REPEAT`, or a
+    'pattern' repeating more than that: the converter would fail on them, or llama.cpp crash."""
+    for key, allowed in _SHAPES.items():
+        if key in node and not isinstance(node[key], allowed):
+            names = " or ".join({"str": "a string", "list": "an array", "dict": "an object", "bool": "a boolean"}
+                                [kind.__name__] for kind in allowed)
+            raise _refuse(path, f"'{key}' = {node[key]!r:.60} must be {names}")
+    for key in _SCHEMA_LISTS:
+        for i, part in enumerate(node[key] if isinstance(node.get(key), list) else ()):
+            if not isinstance(part, dict):
+                raise _refuse(f"{path}/{key}/{i}", f"a schema must be a JSON object, got {type(part).__name__}")
+    for key in _COUNTS:
+        if key in node:
+            value = node[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_REPEAT:
+                raise _refuse(path, f"'{key}' = {value!r:.60} must be a whole number from 0 to {MAX_REPEAT} "
+                              "(llama.cpp's grammar repeats at most that many times)")
+    pattern = node.get("pattern")
+    if pattern is not None:
+        counts = [int(n) for match in _QUANTIFIER.finditer(pattern) for n in match.groups() if n]
+        if any(n > MAX_REPEAT for n in counts):
+            raise _refuse(path, f"'pattern' repeats {max(counts)} times; at most {MAX_REPEAT} (llama.cpp's grammar)")
+        if len(pattern) > 4 * MAX_REPEAT:
+            raise _refuse(path, f"'pattern' is {len(pattern)} characters; keep it under {4 * MAX_REPEAT}")
 
 
 def _walk(node: dict[str, Any], path: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -229,7 +286,8 @@ def grammar_for(response_format: ResponseFormat) -> LlamaGrammar:
     check_schema(response_format.schema_)
     try:
         gbnf = json_schema_to_gbnf(json.dumps(_enforceable(response_format.schema_)))
-    except (ValueError, AssertionError, KeyError, TypeError) as exc:  # e.g. a 'pattern' outside its regex subset
+    except (ValueError, AssertionError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        # e.g. a 'pattern' outside its regex subset, or a thousand optional properties
         raise InvalidRequest(f"field 'response_format.schema': llama.cpp's converter refused it: {exc}; simplify "
                              "the part it names (a 'pattern' may use only plain regex syntax)",
                              field="response_format.schema") from None

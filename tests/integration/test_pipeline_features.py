@@ -7,6 +7,8 @@ Q4_K_M) against the session's Valkey server.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import re
 import threading
@@ -145,12 +147,24 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
      ["#/properties/a", "'minItems' beside 'prefixItems'"]),
     ({"type": "object", "required": ["a"]}, ["'required' here"]),
     ([1, 2], ["<list of 2 items>", "valid dictionary"]),
+    # Found by a helper hunting hostile inputs on 7 December: the first three crashed the worker (llama.cpp refused
+    # the grammar and llama-cpp-python went on), the next four were answered error:internal, the last one too.
+    ({"type": "string", "maxLength": 1001}, ["'maxLength' = 1001", "from 0 to 1000"]),
+    ({"type": "array", "items": {"type": "string"}, "maxItems": 1500}, ["'maxItems' = 1500"]),
+    ({"type": "string", "pattern": "^a{0,100000}$"}, ["'pattern' repeats 100000 times"]),
+    ({"type": {}}, ["'type' = {}", "a string or an array"]),
+    ({"allOf": [1]}, ["#/allOf/0", "a JSON object, got int"]),
+    ({"format": []}, ["'format' = []", "must be a string"]),
+    ({"type": "array", "items": True}, ["'items' = True", "an object or an array"]),
+    ({"type": "string", "description": functools.reduce(lambda inner, _: {"d": inner}, range(300), {})},
+     ["nested deeper than 64 levels"]),
 ])
 def test_the_router_refuses_a_schema_the_grammar_cannot_enforce(settings: Settings, redis: Redis, schema: Any,
                                                                  names: list[str]) -> None:
     client = Client(redis)
-    entry = client.submit_raw({b"r": __import__("orjson").dumps(
-        {"id": "schema-check", "prompt": "x", "response_format": {"type": "json_schema", "schema": schema}})})
+    # The standard library's encoder, not orjson's: it writes the 300 levels a sender may send.
+    entry = client.submit_raw({b"r": json.dumps(
+        {"id": "schema-check", "prompt": "x", "response_format": {"type": "json_schema", "schema": schema}}).encode()})
     route_all(settings, redis)
     result = client.wait("schema-check", timeout=5)
     assert entry and result.route == "error:invalid_request" and result.error is not None
@@ -461,3 +475,15 @@ def test_bad_pipeline_fields_name_the_field_the_value_and_the_fix(settings: Sett
     assert result.route == "error:invalid_request" and result.error is not None and result.error.field == field
     for word in words:
         assert word in result.error.message, result.error.message
+
+
+def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker() -> None:
+    # A thousand optional properties pass the router's check but exhaust the converter's recursion; the worker
+    # must answer invalid_request, not fail the job with a traceback.
+    from laya.errors import InvalidRequest
+    from laya.schema import ResponseFormat
+    from laya.structured import grammar_for
+
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1000)}}
+    with pytest.raises(InvalidRequest, match="converter refused it"):
+        grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
