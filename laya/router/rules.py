@@ -197,7 +197,8 @@ class RuleSet:
         """Regexes that may match ``text`` and rank above ``below``, best rank first."""
         candidates = [item for item in self._regex_always if item[0] < below]
         if self._has_literals:
-            for _, literal in self._literals.iter(text):
+            # Each literal once, however often the text says it: each of its regexes searches the whole text.
+            for literal in {literal for _, literal in self._literals.iter(text)}:
                 candidates.extend(item for item in self._regex_by_literal[literal] if item[0] < below)
         if len(candidates) > 1:
             candidates.sort(key=lambda item: item[0])

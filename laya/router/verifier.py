@@ -563,9 +563,8 @@ def _operators(text: str) -> tuple[str, ...]:
         after = text[end] if end < len(text) else ""
         if run in ("/", "&") and before.isalpha() and after.isalpha():
             continue  # "and/or", "R&D"
-        if run == "-":
-            left = text[:start].rstrip()[-1:]
-            right = text[end:].lstrip()[:1]
+        if run == "-":  # the characters either side past spaces, not copies of the text either side of each sign
+            left, right = _last_char(text, start), _first_char(text, end)
             # "3 - 5", "-5", "x - 1" (not "e-mail", "3-day", "COVID-19", "Paris - what to see")
             if before.isalpha() or not (right.isdigit() or right == "(" or (left.isdigit() or left == ")")
                                         and not after.isalpha()):
@@ -743,6 +742,14 @@ def _last_char(text: str, end: int) -> str:
     while i >= 0 and text[i].isspace():
         i -= 1
     return text[i] if i >= 0 else ""
+
+
+def _first_char(text: str, start: int) -> str:
+    """The first character from ``start`` on that is not a space, or ""."""
+    i = start
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return text[i] if i < len(text) else ""
 
 
 def _entities(text: str) -> list[str]:
