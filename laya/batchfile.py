@@ -103,6 +103,10 @@ def _parse(raw: bytes) -> dict[str, Any] | str:
         return {"prompt": value}
     if not isinstance(value, dict):
         return f"line must be a JSON object (a request) or a string (a prompt), got {json_kind(value)}"
+    try:
+        orjson.dumps(value)  # what the client will send: orjson reads deeper than it writes
+    except orjson.JSONEncodeError as exc:
+        return f"line cannot be sent as it is ({exc}); flatten what nests deepest"
     return value
 
 

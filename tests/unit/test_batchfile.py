@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -110,3 +111,16 @@ def test_the_window_grows_by_one_per_window_of_answers_and_halves_once_per_round
         window.refused(window.send())
     assert window.size == 1.0 and window.room(0) == 1
     assert Window(300, 8).size == 8  # never above the limit
+
+
+def test_a_line_nested_deeper_than_can_be_sent_is_an_error_record_and_the_others_go(tmp_path: Path) -> None:
+    # orjson reads 1,024 levels and writes 255: a line with metadata nested 300 deep once ended the whole run with
+    # a TypeError while submitting, the good lines unsent (a helper's find).
+    deep: dict[str, object] = {}
+    for _ in range(300):
+        deep = {"a": deep}
+    source = tmp_path / "in.jsonl"
+    source.write_text('"first"\n' + json.dumps({"prompt": "x", "metadata": {"k": deep}}) + '\n"third"\n')
+    batch = read_batch(source)
+    assert [line.number for line in batch.requests] == [1, 3] and batch.rejected[2]["route"] == "error:invalid_json"
+    assert "flatten" in batch.rejected[2]["error"]["message"]
