@@ -112,7 +112,7 @@ def _parse(raw: bytes) -> dict[str, Any] | str:
 
 def _bad_id(value: object) -> str | None:
     """Why a line's own ``id`` cannot be used, or None if it can."""
-    if isinstance(value, str) and _ID.match(value):
+    if isinstance(value, str) and _ID.fullmatch(value):
         return None
     shown = repr(value) if isinstance(value, str) else json_kind(value)
     return (f"field 'id' = {shown[:80]}: not a request id; use 1-128 letters, digits, '_' or '-' starting with a "

@@ -159,8 +159,8 @@ def salvage_identity(fields: Mapping[bytes, bytes], entry_id: str) -> tuple[str,
             data = None
         if isinstance(data, dict):
             rid, reply = data.get("id"), data.get("reply_to")
-            good_id = rid if isinstance(rid, str) and _ID_RE.match(rid) else entry_id
-            good_reply = reply if isinstance(reply, str) and _REPLY_RE.match(reply) else None
+            good_id = rid if isinstance(rid, str) and _ID_RE.fullmatch(rid) else entry_id
+            good_reply = reply if isinstance(reply, str) and _REPLY_RE.fullmatch(reply) else None
             return good_id, good_reply
     return entry_id, None
 

@@ -124,3 +124,10 @@ def test_a_line_nested_deeper_than_can_be_sent_is_an_error_record_and_the_others
     batch = read_batch(source)
     assert [line.number for line in batch.requests] == [1, 3] and batch.rejected[2]["route"] == "error:invalid_json"
     assert "flatten" in batch.rejected[2]["error"]["message"]
+
+
+def test_an_id_with_a_line_break_at_its_end_is_refused(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text(json.dumps({"id": "abc\n", "prompt": "x"}) + "\n")
+    batch = read_batch(source)
+    assert batch.rejected[1]["error"]["field"] == "id" and batch.requests == []

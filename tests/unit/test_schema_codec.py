@@ -115,6 +115,8 @@ def test_salvage_identity_keeps_a_valid_id_and_reply_channel() -> None:
     assert salvage_identity(fields, "1-0") == ("job-1", "chan")
     assert salvage_identity({b"r": b"garbage"}, "1-0") == ("1-0", None)
     assert salvage_identity(entry({"id": "bad id!", "reply_to": "../x"}), "2-0") == ("2-0", None)
+    # "$" also matches before a final line break: such an id and channel were once taken as they were.
+    assert salvage_identity(entry({"id": "abc\n", "reply_to": "chan\n", "prompt": 3}), "3-0") == ("3-0", None)
 
 
 def test_salvage_identity_reads_entries_up_to_4_mb_only() -> None:
