@@ -43,6 +43,14 @@ _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean",
 _SCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
 _MAX_DEPTH = 32
+_MAX_SUBSCHEMAS = 5000
+"""How many subschemas a schema may hold: checking one costs the router microseconds, and a grammar for more is
+slow to build and to sample with (OpenAI's structured outputs take at most 5,000 object properties)."""
+_MAX_OPTIONAL = 500
+"""How many optional properties (not in 'required') one object may have: the converter recurses once for each,
+and past Python's recursion limit (about 990 of them) it fails."""
+_PATH_NAME = 40
+"""How much of a property's name an error's path shows: a name may be a hundred kilobytes long."""
 _MAX_NESTING = 64
 """How deep any value in a schema may nest, annotations included (``description``, ``default``): the cache key and
 the job's JSON are written by encoders that stop at a few hundred levels."""
@@ -84,9 +92,13 @@ def check_schema(schema: Any) -> None:
         raise _refuse("#", f"a schema must be a JSON object, got {type(schema).__name__}")
     if _nesting(schema) > _MAX_NESTING:
         raise _refuse("#", f"values nested deeper than {_MAX_NESTING} levels (annotations included); flatten it")
-    for path, node in _walk(schema, "#", 0):
+    for count, (path, node) in enumerate(_walk(schema, "#", 0), start=1):
+        if count > _MAX_SUBSCHEMAS:
+            raise _refuse("#", f"more than {_MAX_SUBSCHEMAS} subschemas; split the request or simplify the schema")
         _check_shape(path, node)
         _check_node(path, node)
+        if "$ref" in node:
+            _check_target(schema, path, node["$ref"])
 
 
 def _nesting(value: Any) -> int:
@@ -113,6 +125,9 @@ def _check_shape(path: str, node: dict[str, Any]) -> None:
         for i, part in enumerate(node[key] if isinstance(node.get(key), list) else ()):
             if not isinstance(part, dict):
                 raise _refuse(f"{path}/{key}/{i}", f"a schema must be a JSON object, got {type(part).__name__}")
+    for name in node.get("required", ()) if isinstance(node.get("required"), list) else ():
+        if not isinstance(name, str):
+            raise _refuse(path, f"'required' lists {name!r:.60}; it lists property names (strings)")
     for key in _COUNTS:
         if key in node:
             value = node[key]
@@ -136,7 +151,8 @@ def _walk(node: dict[str, Any], path: str, depth: int) -> Iterator[tuple[str, di
         children = node.get(key)
         if isinstance(children, dict):
             for name, child in children.items():
-                yield from _child(child, f"{path}/{key}/{name}", depth)
+                shown = name if len(name) <= _PATH_NAME else name[:_PATH_NAME] + "..."
+                yield from _child(child, f"{path}/{key}/{shown}", depth)
     for key in _SCHEMA_LISTS:
         children = node.get(key)
         if isinstance(children, list):
@@ -207,6 +223,11 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
         where = "here" if lead == "type" else f"beside '{lead}'"
         raise _refuse(path, f"keyword '{key}' {where} cannot be turned into llama.cpp's grammar and would be "
                       "silently ignored; remove it, or move it into a schema of its own (anyOf/allOf)")
+    if lead == "properties" and isinstance(node.get("properties"), dict):
+        optional = len(node["properties"].keys() - set(node.get("required", ())))
+        if optional > _MAX_OPTIONAL:
+            raise _refuse(path, f"{optional} optional properties (not in 'required'); llama.cpp's converter takes "
+                          f"at most {_MAX_OPTIONAL} in one object: list more in 'required', or nest them")
     if "anyOf" in node and "oneOf" in node:
         raise _refuse(path, "'anyOf' and 'oneOf' together: the grammar takes one of them; merge them")
     if lead == "allOf":
@@ -224,6 +245,19 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
         raise _refuse(path, f"'$ref' = {ref!r}: only references inside the schema (\"#/...\") are followed")
     if "integer" in kinds and any(b in node for b in _BOUNDS):
         _integer_range(path, node)
+
+
+def _check_target(schema: dict[str, Any], path: str, ref: str) -> None:
+    """Refuse a '$ref' that points at nothing, read as the converter reads it: names between slashes, each an
+    object's key (the converter follows no '~1' escape and no index into a list)."""
+    target: Any = schema
+    for name in ref[2:].split("/"):
+        if not isinstance(target, dict) or name not in target:
+            raise _refuse(path, f"'$ref' = {ref!r:.80} points at nothing in this schema (no {name!r:.40} there); "
+                          "define what it names, e.g. under '$defs'")
+        target = target[name]
+    if not isinstance(target, dict):
+        raise _refuse(path, f"'$ref' = {ref!r:.80} points at {type(target).__name__}, not at a schema (an object)")
 
 
 def _integer_range(path: str, node: dict[str, Any]) -> range:
@@ -265,8 +299,13 @@ def _enforceable(schema: Any) -> Any:
     if kind == "integer" and any(b in schema for b in _BOUNDS):
         kept = {k: v for k, v in schema.items() if k in _ANNOTATIONS}
         return {**kept, "enum": list(_integer_range("#", schema))}
-    return {key: (_enforceable(value) if key not in ("enum", "const", "required", "default", "examples") else value)
-            for key, value in schema.items()}
+    enforceable = {key: (_enforceable(value) if key not in ("enum", "const", "required", "default", "examples")
+                         else value) for key, value in schema.items()}
+    if "$ref" in enforceable and len(enforceable) > 1:
+        # The converter reads nothing beside a '$ref', and so never resolves the references inside '$defs' there:
+        # Pydantic's schema of a recursive model ({"$defs": {...}, "$ref": ...}) would fail on its own '$defs'.
+        enforceable["anyOf"] = [{"$ref": enforceable.pop("$ref")}]
+    return enforceable
 
 
 def canonical(response_format: ResponseFormat | None) -> Any:

@@ -48,6 +48,11 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     "refs": {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
                                  "required": ["x", "y"]}},
              "type": "object", "properties": {"a": {"$ref": "#/$defs/point"}}, "required": ["a"]},
+    # Pydantic's model_json_schema() of a recursive model: a '$ref' beside the '$defs' that refer to themselves.
+    "recursive": {"$defs": {"Node": {"type": "object", "title": "Node", "required": ["value"], "properties": {
+        "value": {"type": "integer", "title": "Value"},
+        "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}, "default": [], "maxItems": 2}}}},
+        "$ref": "#/$defs/Node"},
     "formats": {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
                                                  "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}},
                 "required": ["day", "code"]},
@@ -158,6 +163,17 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
     ({"type": "array", "items": True}, ["'items' = True", "an object or an array"]),
     ({"type": "string", "description": functools.reduce(lambda inner, _: {"d": inner}, range(300), {})},
      ["nested deeper than 64 levels"]),
+    # Found on 7 December: the router let these through, and the worker's converter failed on them with a message
+    # that named no field (a missing '$ref' target echoed the whole schema back).
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}},
+     ["#/properties/a", "'$ref' = '#/$defs/nope' points at nothing", "'$defs'"]),
+    ({"type": "object", "properties": {"a": {"$ref": "#/properties/b/type"}, "b": {"type": "string"}}},
+     ["points at str, not at a schema"]),
+    ({"type": "object", "properties": {"a": {}}, "required": [{}]}, ["'required' lists {}", "property names"]),
+    ({"type": "object", "properties": {f"p{i}": {} for i in range(501)}},
+     ["501 optional properties", "at most 500", "list more in 'required'"]),
+    ({"type": "object", "properties": {f"p{i}": {} for i in range(5000)}, "required": [f"p{i}" for i in range(5000)]},
+     ["more than 5000 subschemas"]),
 ])
 def test_the_router_refuses_a_schema_the_grammar_cannot_enforce(settings: Settings, redis: Redis, schema: Any,
                                                                  names: list[str]) -> None:
@@ -478,12 +494,23 @@ def test_bad_pipeline_fields_name_the_field_the_value_and_the_fix(settings: Sett
 
 
 def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker() -> None:
-    # A thousand optional properties pass the router's check but exhaust the converter's recursion; the worker
-    # must answer invalid_request, not fail the job with a traceback.
+    # A chain of two thousand references passes the router's check but exhausts the converter's recursion; the
+    # worker must answer invalid_request, not fail the job with a traceback.
     from laya.errors import InvalidRequest
     from laya.schema import ResponseFormat
     from laya.structured import grammar_for
 
-    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1000)}}
+    chain = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(2000)}
+    schema = {"$defs": {**chain, "d2000": {"type": "string"}}, "$ref": "#/$defs/d0"}
     with pytest.raises(InvalidRequest, match="converter refused it"):
         grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
+
+
+def test_an_error_s_path_shows_the_start_of_a_long_property_name() -> None:
+    from laya.errors import InvalidRequest
+    from laya.structured import check_schema
+
+    with pytest.raises(InvalidRequest) as raised:
+        check_schema({"type": "object", "properties": {"n" * 100_000: {"not": {}}}})
+    assert f"at #/properties/{'n' * 40}...: keyword 'not'" in raised.value.message
+    assert len(raised.value.message) < 300
