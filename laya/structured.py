@@ -191,7 +191,7 @@ def _lead(node: dict[str, Any]) -> tuple[str, frozenset[str]]:
         return "allOf", frozenset({"type", "allOf"})
     if kind in (None, "array") and ("items" in node or "prefixItems" in node):
         if isinstance(node.get("items", []), list):
-            return "prefixItems", frozenset({"type", "items", "prefixItems"})
+            return "prefixItems", frozenset({"type", "items", "prefixItems", "minItems", "maxItems"})
         return "items", frozenset({"type", "items", "minItems", "maxItems"})
     for key in ("pattern", "format"):
         if kind in (None, "string") and key in node:
@@ -236,6 +236,11 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
             if extra or part.get("type", "object") != "object":
                 raise _refuse(f"{path}/allOf/{i}", "'allOf' is enforced only as a merge of object 'properties'; "
                               f"this part has {', '.join(sorted(extra)) or 'a non-object type'}")
+    if lead == "prefixItems":  # the grammar writes exactly one item per part: Pydantic's tuple[int, str] says so
+        count = len(node.get("prefixItems", node.get("items", [])))
+        if not node.get("minItems", 0) <= count <= node.get("maxItems", count):
+            raise _refuse(path, f"the grammar writes one item per 'prefixItems' part, {count} in all, and "
+                          f"'minItems'/'maxItems' rule that out; make them agree")
     fmt = node.get("format")
     if fmt is not None and fmt not in _FORMATS:
         raise _refuse(path, f"'format' = {fmt!r} cannot be enforced by a grammar; supported formats: "
