@@ -36,7 +36,7 @@ __all__ = ["MAX_INTEGER_RANGE", "MAX_REPEAT", "ParsedAnswer", "canonical", "chec
 MAX_INTEGER_RANGE = 1000
 
 _ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions"})
+                          "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "discriminator"})
 _BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
 _FORMATS = frozenset({"date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5"})
 _TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
@@ -200,6 +200,8 @@ def _lead(node: dict[str, Any]) -> tuple[str, frozenset[str]]:
         return "type", frozenset({"type", "minLength", "maxLength"})
     if kind == "integer":
         return "type", frozenset({"type", *_BOUNDS})
+    if kind in (None, "object") and node.get("additionalProperties") is True:  # any object, as by default
+        return "type", frozenset({"type", "additionalProperties"})
     return "type", frozenset({"type"})
 
 
@@ -293,7 +295,8 @@ def _int(path: str, key: str, value: Any) -> int:
 def _enforceable(schema: Any) -> Any:
     """``schema`` in the terms the converter enforces: a bounded integer becomes the enum of its values
     (the converter ignores bounds), a list of types an anyOf of one schema per type (the converter
-    would drop the other keywords)."""
+    would drop the other keywords), and the annotations it does not read are dropped (it reads a
+    schema of annotations only, Pydantic's ``Any``, as one it does not know, not as any value)."""
     if isinstance(schema, list):
         return [_enforceable(item) for item in schema]
     if not isinstance(schema, dict):
@@ -302,15 +305,28 @@ def _enforceable(schema: Any) -> Any:
     if isinstance(kind, list):
         return {"anyOf": [_enforceable(_for_type(schema, one)) for one in kind]}
     if kind == "integer" and any(b in schema for b in _BOUNDS):
-        kept = {k: v for k, v in schema.items() if k in _ANNOTATIONS}
+        kept = {k: _enforceable_map(v) for k, v in schema.items() if k in ("$defs", "definitions")}
         return {**kept, "enum": list(_integer_range("#", schema))}
-    enforceable = {key: (_enforceable(value) if key not in ("enum", "const", "required", "default", "examples")
-                         else value) for key, value in schema.items()}
+    enforceable: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS:
+            enforceable[key] = _enforceable_map(value)
+        elif key in ("enum", "const", "required"):
+            enforceable[key] = value
+        elif key not in _ANNOTATIONS:
+            enforceable[key] = _enforceable(value)
+    if enforceable.get("additionalProperties") is True and "properties" not in enforceable:
+        del enforceable["additionalProperties"]  # what any object allows anyway; the converter reads it no further
     if "$ref" in enforceable and len(enforceable) > 1:
         # The converter reads nothing beside a '$ref', and so never resolves the references inside '$defs' there:
         # Pydantic's schema of a recursive model ({"$defs": {...}, "$ref": ...}) would fail on its own '$defs'.
         enforceable["anyOf"] = [{"$ref": enforceable.pop("$ref")}]
     return enforceable
+
+
+def _enforceable_map(schemas: Any) -> Any:
+    """A map of names to schemas ('properties', '$defs'): its names are kept whatever they are ("title")."""
+    return {name: _enforceable(part) for name, part in schemas.items()} if isinstance(schemas, dict) else schemas
 
 
 def canonical(response_format: ResponseFormat | None) -> Any:

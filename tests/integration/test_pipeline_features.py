@@ -14,10 +14,11 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jsonschema
 import pytest
+from pydantic import BaseModel, Field
 from redis import Redis
 from rq import Queue
 from rq.job import Job
@@ -31,6 +32,24 @@ from laya.schema import Request, Result
 from laya.streaming import END
 from laya.worker.backend import Controls, Generation, LlamaBackend
 from laya.worker.rqworker import run_worker
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int = Field(ge=1, le=9)
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    name: str = Field(max_length=8)
+
+
+class Pet(BaseModel):
+    """A discriminated union and a property named like an annotation, as Pydantic writes them."""
+
+    pet: Cat | Dog = Field(discriminator="kind")
+    title: str = Field(max_length=8, description="a property named like an annotation")
+
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "object": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -56,6 +75,7 @@ SCHEMAS: dict[str, dict[str, Any]] = {
     # Pydantic's tuple[int, str]: the item counts beside 'prefixItems' say what the grammar writes anyway.
     "tuple": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 4}],
               "minItems": 2, "maxItems": 2},
+    "pydantic": Pet.model_json_schema(),
     "formats": {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
                                                  "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}},
                 "required": ["day", "code"]},
@@ -508,6 +528,20 @@ def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker()
     schema = {"$defs": {**chain, "d2000": {"type": "string"}}, "$ref": "#/$defs/d0"}
     with pytest.raises(InvalidRequest, match="converter refused it"):
         grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "additionalProperties": True, "title": "Meta"},  # Pydantic's dict[str, Any]
+    {"title": "Anything", "default": None},  # Pydantic's Any: annotations only, so any value
+    {"additionalProperties": True},
+])
+def test_a_schema_that_allows_any_value_or_any_object_gets_a_grammar(schema: dict[str, Any]) -> None:
+    # The converter knew none of these (it reads a schema of annotations as one it does not know), and the router
+    # let them through: the worker answered invalid_request for a schema that asks for nothing it cannot enforce.
+    from laya.schema import ResponseFormat
+    from laya.structured import grammar_for
+
+    grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
 
 
 def test_an_error_s_path_shows_the_start_of_a_long_property_name() -> None:
