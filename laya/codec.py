@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from laya.config import error_message
 from laya.errors import InvalidRequest, UnknownModel
-from laya.schema import REQUEST_ID_PATTERN, Request, Result
+from laya.schema import REQUEST_ID_PATTERN, Message, Request, Result
 from laya.structured import check_schema
 
 __all__ = ["Limits", "decode_request", "decode_result", "encode_request", "encode_result", "error_fields",
@@ -62,6 +62,8 @@ _FIELD_HINTS = {
                   "or leave it out",
     "response_format": "use {\"type\": \"json_object\"} or {\"type\": \"json_schema\", \"schema\": {...}}",
     "stream": "use true or false",
+    "messages": ("give a list of {\"role\": \"system\", \"user\" or \"assistant\", \"content\": \"the text\"}; "
+                 "content is one string (join a message's text parts into it)"),
     "cache": "use true (the exact cache), \"semantic\" (the exact cache, then answers to prompts that mean the same, "
              "where the model allows it) or false",
 }
@@ -75,7 +77,9 @@ def _describe_validation(error: ValidationError) -> InvalidRequest:
     hint = _PATTERN_HINTS.get(field or "") if first["type"] == "string_pattern_mismatch" else None
     hint = hint or _FIELD_HINTS.get((field or "").split(".")[0])
     if first["type"] == "extra_forbidden":
-        hint = f"remove it; a request's fields are {', '.join(Request.model_fields)}"
+        owner, fields = ("a message", Message.model_fields) if field and field.startswith("messages.") else (
+            "a request", Request.model_fields)
+        hint = f"remove it; {owner}'s fields are {', '.join(fields)}"
     extra = f" (and {error.error_count() - 1} more problems)" if error.error_count() > 1 else ""
     # Only pydantic's "Value error, " prefix goes: the rest of its wording is what producers match today.
     message = error_message(first) if first["type"] == "value_error" else first["msg"]
