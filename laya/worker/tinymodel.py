@@ -22,7 +22,10 @@ real model of the same shape: use ``dim=512, n_layer=8`` for a ~60 MB model.
 
 from __future__ import annotations
 
+import filecmp
 import itertools
+import logging
+import os
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,16 +89,34 @@ def expected_completion(prompt: str, max_tokens: int, *, stops: bool = True) -> 
 
 
 def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Path:
-    """Write the model to ``path`` and return it. Takes milliseconds."""
+    """Write the model to ``path`` and return it. Takes milliseconds.
+
+    The file is written beside ``path`` and renamed over it, and not at all when ``path`` already holds the same
+    bytes: a worker that has the model mapped (``laya up`` while ``laya demo`` starts) reads the file as it was,
+    where a rewrite in place would cut its pages from under it (SIGBUS).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        _write(fresh, spec or TinyModelSpec())
+        if path.is_file() and filecmp.cmp(fresh, path, shallow=False):
+            return path
+        os.replace(fresh, path)
+    finally:
+        fresh.unlink(missing_ok=True)
+    return path
+
+
+def _write(path: Path, spec: TinyModelSpec) -> None:
     import gguf  # only needed here; keeps the router free of numpy-heavy imports
 
-    spec = spec or TinyModelSpec()
+    logging.getLogger("gguf").setLevel(logging.WARNING)  # its writer logs each file it writes, at INFO
+
     if spec.dim < VOCAB:
         raise ValueError(f"dim must be >= {VOCAB} for one-hot embeddings, got {spec.dim}")
     ftype = np.float16 if spec.dtype == "f16" else np.float32
     rng = np.random.default_rng(0)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
 
     def small(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 0.02).astype(ftype)
@@ -117,7 +138,6 @@ def write_tiny_model(path: str | Path, spec: TinyModelSpec | None = None) -> Pat
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return path
 
 
 def vocabulary(writer: gguf.GGUFWriter, *, n_vocab: int = VOCAB, chat_template: str | None = None) -> None:

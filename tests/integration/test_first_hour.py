@@ -331,3 +331,24 @@ def test_a_reader_that_leaves_early_gets_no_traceback(demo_model: Path) -> None:
     stderr = proc.stderr.read().decode()
     proc.wait(30)
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
+
+
+def test_writing_the_demo_model_again_leaves_a_running_worker_s_copy_whole(tmp_path: Path) -> None:
+    # `laya demo` beside a running `laya up` (the README suggests both) rewrote the demo model in place, under the
+    # worker that had it mapped: the worker died of SIGBUS, or restarted on a half-written file and stopped the stack.
+    code = """if True:
+        import mmap, os, sys
+        from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
+        path = write_tiny_model(sys.argv[1])
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        before, stat = bytes(mapped), os.stat(path)
+        write_tiny_model(path)  # the same model: the file is left alone
+        assert (os.stat(path).st_ino, os.stat(path).st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+        write_tiny_model(path, TinyModelSpec(stops=False))  # another model: renamed over the old one
+        assert bytes(mapped) == before and os.stat(path).st_ino != stat.st_ino
+        assert sorted(os.listdir(os.path.dirname(path))) == ["demo.gguf"]
+    """
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "demo.gguf")], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
