@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import IO, Self
 
 from redis import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from laya.config import Settings
 from laya.connection import open_redis
 from laya.errors import ServerError
+from laya.keys import Keys
 from laya.ops.supervisor import RestartPolicy, Supervisor, describe_exit, die_with_parent
 from laya.worker.tinymodel import write_tiny_model
 
@@ -317,22 +318,38 @@ class Stack:
         assert self.supervisor is not None and self._redis is not None
         host = socket.gethostname()
         deadline = time.monotonic() + timeout
-        waiting = dict(self.workers)
+        waiting = {**self.workers, "router": "router"}
         while time.monotonic() < deadline:
             if self.stop_requested:
                 return False
             self.check()
             names = [w.name for w in Worker.all(connection=self._redis)]
             for role, model in list(waiting.items()):
-                # Our worker, not another on the same Redis: its name ends with its pid (see laya.worker.rqworker).
-                if (pid := self.supervisor.pid(role)) is not None:
-                    own = f"laya-{model}-{host}-{pid}"
-                    if any(name == own or name.startswith(f"{own}.") for name in names):
-                        del waiting[role]
+                # Ours, not another on the same Redis: a worker's name ends with its pid (laya.worker.rqworker), the
+                # router's consumer name holds it (laya.router.ingress).
+                if (pid := self.supervisor.pid(role)) is None:
+                    continue
+                own = f"laya-{model}-{host}-{pid}"
+                if (self._router_read(f"{host}-{pid}-") if role == "router"
+                        else any(name == own or name.startswith(f"{own}.") for name in names)):
+                    del waiting[role]
             if not waiting and check_health(self._redis, self.settings, models=list(self.workers.values())).ok:
                 return True
             time.sleep(0.1)
-        raise ServerError(f"the worker(s) {', '.join(waiting.values())} did not come up within {timeout:g} s")
+        missing = ["the router" if role == "router" else f"the worker of {model}" for role, model in waiting.items()]
+        raise ServerError(f"{' and '.join(missing)} did not come up within {timeout:g} s")
+
+    def _router_read(self, prefix: str) -> bool:
+        """Whether this run's router (its consumer name starts with ``prefix``) has read the stream: health alone
+        would count a router that an earlier run left in the group, and say "up" while ours refused to start."""
+        assert self._redis is not None
+        keys = Keys(self.settings.redis.prefix)
+        try:
+            consumers = self._redis.xinfo_consumers(keys.ingress, keys.router_group)
+        except ResponseError:  # no group yet: no router has read
+            return False
+        return any((c["name"].decode() if isinstance(c["name"], bytes) else c["name"]).startswith(prefix)
+                   for c in consumers)
 
     def check(self) -> None:
         """Restart what died; raise :class:`ServerError` when a child or the server cannot be kept running."""

@@ -32,6 +32,7 @@ reclaims it.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import time
@@ -96,7 +97,8 @@ class Router:
         self.redis = redis
         self.keys = Keys(settings.redis.prefix)
         cfg = settings.router
-        self.consumer = consumer or f"{socket.gethostname()}-{id(self):x}"
+        # The pid lets `laya up` tell its own router from one an earlier run left in the group (laya.ops.stack).
+        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
         self.results = ResultStore(redis, self.keys, ttl_s=cfg.result_ttl_s, acks=ReplicaAcks.of(settings.redis))
         # Connections held for the read → route → commit loop (laya.wire says why). Reads run on this
         # thread; a commit runs here or on the commit thread, one at a time, while the next read goes on.

@@ -58,12 +58,12 @@ def wait_until(condition: Callable[[], object], timeout: float, what: str) -> No
 class Up:
     """One `laya up`, in its own session (so a test can signal its whole process group), its log in a file."""
 
-    def __init__(self, cwd: Path, *, name: str = "up") -> None:
+    def __init__(self, cwd: Path, *options: str, name: str = "up") -> None:
         self.cwd = cwd
         self.log = cwd / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
         with open(self.log, "wb") as stderr:
-            self.proc = subprocess.Popen([str(BIN / "laya"), "-c", "laya.toml", "up"], cwd=cwd, env=env,
+            self.proc = subprocess.Popen([str(BIN / "laya"), "-c", "laya.toml", "up", *options], cwd=cwd, env=env,
                                          stdout=stderr, stderr=stderr, start_new_session=True)
 
     def text(self) -> str:
@@ -121,8 +121,8 @@ def write_config(directory: Path, port: int, model: Path, **runtime: int) -> Non
 def up_factory(tmp_path: Path) -> Iterator[Callable[..., Up]]:
     started: list[Up] = []
 
-    def start(name: str = "up") -> Up:
-        started.append(Up(tmp_path, name=name))
+    def start(name: str = "up", *options: str) -> Up:
+        started.append(Up(tmp_path, *options, name=name))
         return started[-1]
 
     yield start
@@ -323,3 +323,28 @@ def test_restart_delays_double_up_to_their_maximum_then_the_supervisor_gives_up(
 def test_exits_are_described_by_signal_name_or_code() -> None:
     assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV (signal 11)"
     assert describe_exit(1) == "exited with code 1"
+
+
+def test_laya_up_is_up_only_once_its_own_router_reads(
+        tmp_path: Path, port: int, tiny_model: Path, up_factory: Callable[..., Up]) -> None:
+    # A router killed outright stays in the consumer group (the server keeps it in its append-only file), recently
+    # idle, so `laya health` passed on it: the next `laya up` said "laya is up" while its own router had not read,
+    # or had already refused its routes file and exited. Here the new router waits on a routes file that is a pipe,
+    # and the earlier router counts as reading for 14 s (three blocked reads of 3 s, and 5 s).
+    write_config(tmp_path, port, tiny_model)
+    config = tmp_path / "laya.toml"
+    config.write_text(config.read_text().replace("block_ms = 100", "block_ms = 3000"))
+    first = up_factory("first")
+    first.wait_for("laya is up")
+    # A router that has delivered a request is in the append-only file (as the consumer of an XCLAIM).
+    assert Client(Redis(port=port)).ask("jello", timeout=30).text == "pqrstuvwxyz"
+    children = first.pids("router") + first.pids("worker") + first.pids("valkey")
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.proc.wait()
+    wait_until(lambda: not any(alive(pid) for pid in children), 10, "the first run's processes to exit")
+    os.mkfifo(tmp_path / "routes.toml")
+    with config.open("a") as more:
+        more.write('routes_file = "routes.toml"\n')
+    second = up_factory("second", "--ready-timeout", "5")
+    assert second.wait(60) == 2, second.text()
+    assert "the router did not come up within 5 s" in second.text() and "laya is up" not in second.text()
