@@ -64,10 +64,14 @@ def run(block: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> sub
 
 
 def fresh_clone(tmp_path: Path) -> Path:
+    """The files git tracks in configs/ and producers/: a checkout where someone followed the README holds its
+    outputs too (configs/local.toml from `laya init`, which a second `laya init` will not overwrite)."""
     clone = tmp_path / "laya"
-    clone.mkdir()
-    for folder in ("configs", "producers"):
-        shutil.copytree(REPO / folder, clone / folder)
+    tracked = subprocess.run(["git", "ls-files", "-z", "configs", "producers"], cwd=REPO, capture_output=True,
+                             check=True).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, clone / name)
     (clone / ".venv").symlink_to(sys.prefix)
     return clone
 
