@@ -156,11 +156,16 @@ class Batch:
     """
 
     def __init__(self, source: Path | BatchInput, out_path: Path, *, resume: bool = False, window: int = 64,
-                 max_window: int = 256, timeout: float = 600.0, progress: bool = True,
-                 defaults: dict[str, Any] | None = None) -> None:
+                 max_window: int = 256, queue_bound: int | None = None, timeout: float = 600.0,
+                 progress: bool = True, defaults: dict[str, Any] | None = None) -> None:
         self.input = read_batch(source) if isinstance(source, Path) else source
         self.results = ResultsFile(out_path, self.input, resume=resume)
         self.window = Window(window, max_window)
+        self.queue_bound = queue_bound
+        """When set, :meth:`run` sizes the window instead by the bound the running routers admit to
+        (:meth:`Client.queue_bound`), or by this one where they say none: a quarter of it to start, all of it at
+        most. A batch run without ``-c`` against a router with a smaller bound was refused at once, and then held
+        every send for the router's retry-after."""
         self.timeout = timeout
         self.progress = progress
         self.defaults = defaults or {}
@@ -184,6 +189,9 @@ class Batch:
         bar = _progress(self.input.lines, self.progress)
         bar.update(len(self.results.done))
         try:
+            if self.queue_bound is not None:
+                bound = client.queue_bound() or self.queue_bound
+                self.window = Window(max(1, bound // 4), bound)
             collected, todo = self._discover()
             self.results.start()  # a fresh run empties the file only now, once Redis has answered
             for record in [*(r for n, r in self.input.rejected.items() if n not in self.results.done), *collected]:

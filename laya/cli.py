@@ -267,10 +267,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
     settings = _settings(args)
     out = args.output or args.input.with_suffix(".out.jsonl")
     depth = settings.router.max_queue_depth
-    limit = args.window or depth
+    # A quarter of the queue bound to start, all of it at most: the bound the running router says (else the
+    # config's), unless --window gives the most.
+    sizing = ({"window": min(args.window, max(1, depth // 4)), "max_window": args.window} if args.window
+              else {"queue_bound": depth})
     # The input is read and the results file opened before Redis is needed: a bad path is reported first.
-    batch = Batch(args.input, out, resume=args.resume, window=min(limit, max(1, depth // 4)), max_window=limit,
-                  timeout=args.timeout, defaults={"priority": args.priority})
+    batch = Batch(args.input, out, resume=args.resume, timeout=args.timeout, defaults={"priority": args.priority},
+                  **sizing)
     again = _resume_command(args.argv)
     try:
         summary = batch.run(_client(settings))
@@ -476,9 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue an interrupted run: keep the records in the results file, collect the lines "
                         "that were in flight, send only the rest")
     p.add_argument("--window", type=_at_least_one, metavar="N",
-                   help="most requests in flight at once (default: router.max_queue_depth); the run starts at a "
-                        "quarter of router.max_queue_depth, grows while answers come and halves when the router "
-                        "refuses one as overloaded")
+                   help="most requests in flight at once (default: the queue bound the running router admits, "
+                        "else this config's router.max_queue_depth); the run starts at a quarter of that bound, "
+                        "grows while answers come and halves when the router refuses one as overloaded")
     p.add_argument("--priority", choices=["high", "normal", "bulk"], default="bulk",
                    help="queue lane of the lines that do not set their own 'priority' (default bulk: a batch "
                         "never delays interactive requests)")

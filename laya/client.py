@@ -83,6 +83,12 @@ class Client:
         return cls(open_redis(settings.redis.effective_url), prefix=settings.redis.prefix,
                    acks=ReplicaAcks.of(settings.redis))
 
+    def queue_bound(self) -> int | None:
+        """How many jobs per model and lane the running routers admit (their ``max_queue_depth``, whatever this
+        process's config says); None when no router has started on this Redis."""
+        raw = self.redis.hget(self.keys.admission, "max_queue_depth")
+        return int(raw) if raw is not None else None
+
     # -- submit --------------------------------------------------------------
 
     def submit(self, prompt: str | None = None, *, messages: list[dict[str, str]] | None = None,

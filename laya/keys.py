@@ -28,6 +28,12 @@ class Keys:
         return "routers"
 
     @property
+    def admission(self) -> str:
+        """Hash the routers write when they start: the queue bound they admit to (``max_queue_depth``), which
+        `laya batch` sizes its window by whatever its own config says."""
+        return f"{self.prefix}:router:admission"
+
+    @property
     def router_stats(self) -> str:
         """Hash of routing counters and decision-latency percentiles."""
         return f"{self.prefix}:stats:router"

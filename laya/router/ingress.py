@@ -148,6 +148,7 @@ class Router:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        self.redis.hset(self.keys.admission, "max_queue_depth", self.settings.router.max_queue_depth)
         self._refresh_depths(self.redis)
 
     def _recreate_group(self) -> None:

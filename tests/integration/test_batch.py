@@ -158,13 +158,21 @@ def test_an_interrupted_and_killed_batch_resumes_with_every_line_answered_once(
 
 
 def run_batch_against_bound(redis_server: Server, model: Path, routes: Path, tmp_path: Path, *, bound: int,
-                            told: int) -> tuple[subprocess.CompletedProcess[str], Path, int]:
+                            told: int, published: bool = True) -> tuple[subprocess.CompletedProcess[str], Path, int]:
     """200 model lines through a router whose queue bound is ``bound``, by a batch whose config says ``told``.
+    Without ``published`` the batch does not learn the router's bound (as from a router older than that).
 
     Returns the finished batch, its results file and how many lines it resubmitted after overload."""
     env = laya_env(redis_server, model, routes, LAYA_ROUTER__MAX_QUEUE_DEPTH=str(bound),
                    LAYA_ROUTER__RETRY_AFTER_S="0.2")
     procs = [start_laya("router", env), start_laya("worker", env)]
+    redis = redis_server.client()
+    deadline = time.monotonic() + 30
+    while not redis.exists("laya:router:admission"):
+        assert time.monotonic() < deadline, "the router never said its queue bound"
+        time.sleep(0.05)
+    if not published:
+        redis.delete("laya:router:admission")
     source, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     source.write_bytes(b"".join(b'{"prompt": "Tell story %d", "max_tokens": 60, "cache": false}\n' % i
                                 for i in range(200)))
@@ -191,13 +199,24 @@ def test_a_default_window_is_rarely_refused_and_every_line_is_answered(
     assert sent(redis) == 200 + resubmitted
 
 
-def test_a_window_too_big_for_the_router_backs_off(
+def test_a_batch_configured_for_another_bound_sizes_itself_by_the_router_s(
         redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
-    """A batch configured for a bound of 256 against a router that admits 8: refusals halve its window and
-    hold its sends for the retry-after, so it settles near what the router admits instead of resending
-    most of its lines round after round."""
+    """`laya batch` without the `-c` that `laya up` runs with: its config says 256, the router admits 8. The
+    batch reads the router's bound, so it is refused as rarely as one configured alike (the README's quick start
+    ran into a 30 s hold on its first refusal)."""
     done, _, resubmitted = run_batch_against_bound(redis_server, endless_model, routes_file, tmp_path, bound=8,
                                                    told=256)
+    assert resubmitted <= 10, done.stdout
+    assert sent(redis) == 200 + resubmitted
+
+
+def test_a_window_too_big_for_the_router_backs_off(
+        redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    """A batch configured for a bound of 256 against a router that admits 8 and does not say so: refusals halve
+    its window and hold its sends for the retry-after, so it settles near what the router admits instead of
+    resending most of its lines round after round."""
+    done, _, resubmitted = run_batch_against_bound(redis_server, endless_model, routes_file, tmp_path, bound=8,
+                                                   told=256, published=False)
     # Halving from 64 refuses under 64 + 32 + 16 + 8 lines on the way down, then about one per regrowth;
     # a window that does not back off resends thousands.
     assert 0 < resubmitted <= 150, done.stdout
