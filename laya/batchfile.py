@@ -98,7 +98,8 @@ def _parse(raw: bytes) -> dict[str, Any] | str:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        return f"line is not JSON: {exc}"
+        return (f"line is not JSON ({exc.msg} at character {exc.pos + 1}); write a prompt as a JSON string "
+                '("...") or a request as {"prompt": "..."}')
     if isinstance(value, str):
         return {"prompt": value}
     if not isinstance(value, dict):

@@ -97,7 +97,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0 if plans.fits else 1
     model_path = args.model or settings.model.path
     if model_path is None:
-        raise ConfigError("no model to plan: pass --model PATH or set model.path")
+        demo = STATE_DIR / "laya-tiny-demo.gguf"
+        tried = f" (`laya up` runs the demo model it wrote: --model {demo})" if demo.is_file() else ""
+        raise ConfigError(f"no model to plan: {settings.source} sets no model.path; pass --model PATH (a GGUF "
+                          f"file) or set model.path{tried}")
     inp = plan_input(settings, ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv, n_gpu_layers=args.gpu_layers,
                      offload_policy=args.offload)
     plan = make_plan(read_model_info(model_path), _machine(args), inp)
@@ -411,8 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "a given) machine, before loading")
     p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file (default: model.path, or every model "
                                                               "of [[models]], planned together)")
-    p.add_argument("--ctx", type=int, metavar="TOKENS", help="tokens per sequence (default: runtime.max_seq_len)")
-    p.add_argument("--parallel", type=int, metavar="N", help="sequences (default: runtime.n_parallel)")
+    p.add_argument("--ctx", type=_at_least_one, metavar="TOKENS", help="tokens per sequence (default: runtime.max_seq_len)")
+    p.add_argument("--parallel", type=_at_least_one, metavar="N", help="sequences (default: runtime.n_parallel)")
     p.add_argument("--kv", choices=["f16", "q8_0", "q4_0"], help="KV cache type (default: memory.kv_cache_policy)")
     p.add_argument("--gpu-layers", type=int, metavar="N", help="layers on the GPU, -1 = all (default: "
                                                                "model.n_gpu_layers)")
@@ -426,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="write a config for this machine (and a model)")
     p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file to size the config for (written as an "
                                                               "absolute path)")
-    p.add_argument("--ctx", type=int, metavar="TOKENS", help="max_seq_len to write, even beyond the model's "
+    p.add_argument("--ctx", type=_at_least_one, metavar="TOKENS", help="max_seq_len to write, even beyond the model's "
                                                              "training context (default: the largest of 8192, "
                                                              "4096, 2048 that fits within it)")
     p.add_argument("-o", "--output", type=Path, default=Path("configs/local.toml"), metavar="FILE",
@@ -441,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for the worker to load its model (default 120)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("demo", help="run the whole flow on sample data and print the route summary")
-    p.add_argument("--requests", type=int, default=40, metavar="N",
+    p.add_argument("--requests", type=_at_least_one, default=40, metavar="N",
                    help="model requests in the sample (default 40)")
     p.set_defaults(func=cmd_demo)
 
@@ -501,7 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="synthetic rules, a quarter of each kind (default 1000)")
     p.add_argument("--cache-entries", type=int, default=100_000, metavar="N",
                    help="entries in the response cache (default 100000)")
-    p.add_argument("--requests", type=int, default=20_000, metavar="N", help="requests to route (default 20000)")
+    p.add_argument("--requests", type=_at_least_one, default=20_000, metavar="N", help="requests to route (default 20000)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("stats", help="routes, decision latency, queues and workers")

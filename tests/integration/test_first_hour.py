@@ -352,3 +352,24 @@ def test_writing_the_demo_model_again_leaves_a_running_worker_s_copy_whole(tmp_p
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "demo.gguf")], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_plan_on_a_shipped_config_names_the_demo_model_it_could_plan(tmp_path: Path, demo_model: Path) -> None:
+    config = Path(__file__).resolve().parents[2] / "configs" / "cpu-only.toml"
+    done = laya("-c", str(config), "plan", cwd=tmp_path)
+    assert done.returncode == 2
+    assert one_line(done.stderr) == (
+        f"laya plan: no model to plan: {config} sets no model.path; pass --model PATH (a GGUF file) or set "
+        "model.path (`laya up` runs the demo model it wrote: --model .laya/laya-tiny-demo.gguf)")
+    assert laya("-c", str(config), "plan", "--model", ".laya/laya-tiny-demo.gguf", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("argv", [["plan", "--ctx", "0"], ["plan", "--parallel", "0"], ["init", "--ctx", "-5"],
+                                  ["demo", "--requests", "-1"], ["bench", "routing", "--requests", "0"]])
+def test_a_count_of_nothing_is_refused_with_the_option_and_the_value(argv: list[str],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # `laya demo --requests -1` ran and said "0 for the model"; `laya plan --ctx 0` planned for 2048.
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(argv)
+    assert stopped.value.code == 2
+    assert f"argument {argv[-2]}: '{argv[-1]}' is not a whole number of 1 or more" in capsys.readouterr().err

@@ -46,7 +46,8 @@ def test_bad_and_repeated_ids_are_error_records_that_name_the_field_the_value_an
     assert said[2].startswith("field 'id' = a number (42): not a request id")
     assert said[5] == ("field 'id' = 'job-1' is also the id of line 3; give each line its own id, or leave 'id' "
                        "out and laya batch derives one")
-    assert said[6].startswith("line is not JSON")
+    assert said[6] == ("line is not JSON (unexpected character, expected a string key at character 2); write a "
+                       'prompt as a JSON string ("...") or a request as {"prompt": "..."}')
     assert {r["route"] for n, r in batch.rejected.items() if n != 6} == {"error:invalid_request"}
     assert all(r["id"] == batch.ids[n] and r["line"] == n for n, r in batch.rejected.items())
 
