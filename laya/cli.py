@@ -51,9 +51,12 @@ def cmd_router(args: argparse.Namespace) -> int:
     _one_blas_thread()
     from laya.connection import connect
     from laya.router.ingress import run_router
+    from laya.router.rules import load_rules
 
     settings = _settings(args)
-    run_router(settings, connect(settings, wait=True))
+    # Read before connecting: a bad routes file is one line at once, not after Redis comes up.
+    rules = load_rules(settings.router.routes_file, models=settings.model_names)
+    run_router(settings, connect(settings, wait=True), rules=rules)
     return 0
 
 
@@ -136,8 +139,13 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from laya.ops.stack import Stack
+    from laya.router.rules import load_rules
 
-    stack = Stack(_settings(args), STATE_DIR, config_path=args.config)
+    settings = _settings(args)
+    # A bad routes file is one line before anything starts, not a router that exits once the server and the
+    # model are up (and a restart for each mistake).
+    load_rules(settings.router.routes_file, models=settings.model_names)
+    stack = Stack(settings, STATE_DIR, config_path=args.config)
     stack.handle_signals()  # Ctrl-C (or SIGTERM) from here on: router and worker stop first, the server last
     try:
         stack.start()

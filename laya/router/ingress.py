@@ -470,15 +470,16 @@ def _fail(flight: Flight, message: str) -> None:
     flight.answer(**error_fields(LayaError(f"{message}; the router log has the details", code="internal")))
 
 
-def run_router(settings: Settings, redis: Redis) -> None:
-    """Entry point of ``laya router``: serve until SIGINT/SIGTERM; SIGHUP reloads rules."""
+def run_router(settings: Settings, redis: Redis, *, rules: RuleSet | None = None) -> None:
+    """Entry point of ``laya router``: serve until SIGINT/SIGTERM; SIGHUP reloads rules. ``rules``: the routes
+    file as already read (else read here)."""
     metrics = None
     if settings.metrics.serve_port:
         metrics = RouterMetrics()
         registry = new_registry()
         registry.register(metrics)
         serve(registry, settings.metrics, "router")
-    router = Router(settings, redis, metrics=metrics)
+    router = Router(settings, redis, rules=rules, metrics=metrics)
     signal.signal(signal.SIGTERM, router.stop)
     signal.signal(signal.SIGINT, router.stop)
     signal.signal(signal.SIGHUP, lambda *_: router.reload_rules())

@@ -373,3 +373,19 @@ def test_a_count_of_nothing_is_refused_with_the_option_and_the_value(argv: list[
         build_parser().parse_args(argv)
     assert stopped.value.code == 2
     assert f"argument {argv[-2]}: '{argv[-1]}' is not a whole number of 1 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["up"], ["router"]])
+def test_a_bad_routes_file_is_one_line_before_anything_starts(tmp_path: Path, command: list[str]) -> None:
+    # `laya up` started the server and loaded the model, then its router refused the file and exited, once per
+    # mistake; a standalone `laya router` waited for Redis before it said anything about the file.
+    (tmp_path / "routes.toml").write_text('[[rule]]\nname = "bad"\nmatch = "regex"\npatterns = ["(unclosed"]\n'
+                                          'reply = "x"\n')
+    # `laya up` would start its own server; the router is pointed at one that is not there.
+    redis = f"embedded_port = {free_port()}" if command == ["up"] else 'url = "redis://127.0.0.1:1/0"'
+    (tmp_path / "laya.toml").write_text(f'[redis]\n{redis}\n\n[router]\nroutes_file = "routes.toml"\n')
+    done = laya("-c", "laya.toml", *command, cwd=tmp_path, timeout=30)
+    assert done.returncode == 2
+    assert one_line(done.stderr).startswith(f"laya {command[0]}: ") and "rule 'bad': bad regex '(unclosed'" in \
+        done.stderr
+    assert not (tmp_path / ".laya").exists()

@@ -329,8 +329,8 @@ def test_laya_up_is_up_only_once_its_own_router_reads(
         tmp_path: Path, port: int, tiny_model: Path, up_factory: Callable[..., Up]) -> None:
     # A router killed outright stays in the consumer group (the server keeps it in its append-only file), recently
     # idle, so `laya health` passed on it: the next `laya up` said "laya is up" while its own router had not read,
-    # or had already refused its routes file and exited. Here the new router waits on a routes file that is a pipe,
-    # and the earlier router counts as reading for 14 s (three blocked reads of 3 s, and 5 s).
+    # or had already exited. Here the new router is stopped (SIGSTOP) before its first read, and the earlier router
+    # counts as reading for 14 s (three blocked reads of 3 s, and 5 s).
     write_config(tmp_path, port, tiny_model)
     config = tmp_path / "laya.toml"
     config.write_text(config.read_text().replace("block_ms = 100", "block_ms = 3000"))
@@ -342,9 +342,12 @@ def test_laya_up_is_up_only_once_its_own_router_reads(
     os.killpg(first.proc.pid, signal.SIGKILL)
     first.proc.wait()
     wait_until(lambda: not any(alive(pid) for pid in children), 10, "the first run's processes to exit")
-    os.mkfifo(tmp_path / "routes.toml")
-    with config.open("a") as more:
-        more.write('routes_file = "routes.toml"\n')
     second = up_factory("second", "--ready-timeout", "5")
-    assert second.wait(60) == 2, second.text()
+    [router] = [int(found[1]) for found in second.wait_for(r"laya router started \(pid (\d+)\)")]
+    os.kill(router, signal.SIGSTOP)  # it takes a second to import before it reads
+    try:
+        assert second.wait(60) == 2, second.text()
+    finally:
+        if alive(router):
+            os.kill(router, signal.SIGCONT)
     assert "the router did not come up within 5 s" in second.text() and "laya is up" not in second.text()
