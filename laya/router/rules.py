@@ -35,7 +35,7 @@ import re._parser as sre_parser
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import ahocorasick
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -273,7 +273,8 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
     try:
         parsed = RulesFile.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(str(file), exc, model=RulesFile)) from None
+        message = format_validation_error(str(file), exc, model=RulesFile)
+        raise ConfigError(re.sub(r"\brule\.(\d+)", lambda found: _rule_by_number(data, int(found[1])), message)) from None
     names = [spec.name for spec in parsed.rule]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -287,6 +288,14 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
         return RuleSet(parsed.rule, source=str(file))
     except ConfigError as exc:
         raise ConfigError(exc.message if exc.message.startswith(str(file)) else f"{file}: {exc.message}") from None
+
+
+def _rule_by_number(data: dict[str, Any], index: int) -> str:
+    """pydantic's "rule.0" as a reader counts: "rule 1 ('greeting')", the name when the table has one."""
+    rules = data.get("rule")
+    table = rules[index] if isinstance(rules, list) and index < len(rules) else None
+    name = table.get("name") if isinstance(table, dict) else None
+    return f"rule {index + 1}" + (f" ({name!r})" if isinstance(name, str) else "")
 
 
 def why_no_rules(routes_file: Path | None, config_source: str) -> str:

@@ -105,7 +105,9 @@ def test_load_rules_refuses_bad_files(tmp_path: Path) -> None:
     path = tmp_path / "r.toml"
     cases = {
         '[[rule]]\nname="a"\nmatch="regex"\npatterns=["("]\nreply="x"\n': "bad regex",
-        '[[rule]]\nname="a"\nmatch="fuzzy"\npatterns=["x"]\nreply="x"\n': "rule.0.match",
+        '[[rule]]\nname="a"\nmatch="fuzzy"\npatterns=["x"]\nreply="x"\n': "rule 1 ('a').match = 'fuzzy'",
+        '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\nreply="x"\n[[rule]]\nmatch="exact"\npatterns=["y"]\n'
+        'reply="y"\n': "rule 2.name",
         '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\n': "exactly one of 'reply'",
         '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\nreply="$who"\n': "unknown template variable",
         '[[rule]]\nname="a"\nmatch="exact"\npatterns=["x"]\nmodel="big"\n': "not served",
