@@ -87,7 +87,11 @@ class Client:
         """How many jobs per model and lane the running routers admit (their ``max_queue_depth``, whatever this
         process's config says); None when no router has started on this Redis."""
         raw = self.redis.hget(self.keys.admission, "max_queue_depth")
-        return int(raw) if raw is not None else None
+        try:
+            bound = int(raw) if raw is not None else None
+        except ValueError:  # not a router's: the caller falls back to its own config
+            return None
+        return bound if bound is not None and bound >= 1 else None
 
     # -- submit --------------------------------------------------------------
 

@@ -245,3 +245,14 @@ def test_a_batch_that_loses_its_server_says_so_in_one_line_with_the_command_that
     assert said.startswith(f"laya batch: connection to {server.url} failed while waiting for results"), said
     assert said.endswith(f"0 of 10 lines are in {out}; its 10 requests in flight will still be answered and are "
                          f"collected then. To continue: {sys.executable} -m laya batch {source} -o {out} --resume")
+
+
+@pytest.mark.parametrize(("written", "bound"), [(None, None), (b"8", 8), (b"eight", None), (b"0", None), (b"-3", None)])
+def test_the_queue_bound_is_what_a_router_wrote_or_none(redis: Redis, written: bytes | None,
+                                                        bound: int | None) -> None:
+    # None sends `laya batch` back to its own config; a value no router writes must not end the batch.
+    from laya.client import Client
+
+    if written is not None:
+        redis.hset("laya:router:admission", "max_queue_depth", written)
+    assert Client(redis).queue_bound() == bound
