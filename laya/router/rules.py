@@ -275,15 +275,24 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
     except ValidationError as exc:
         message = format_validation_error(str(file), exc, model=RulesFile)
         raise ConfigError(re.sub(r"\brule\.(\d+)", lambda found: _rule_by_number(data, int(found[1])), message)) from None
+    # Every problem at once, not one per restart of the router.
+    problems = []
     names = [spec.name for spec in parsed.rule]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
-        raise ConfigError(f"{file}: rule names must be unique; repeated: {duplicates}")
-    if models is not None:
-        for spec in parsed.rule:
-            if spec.model is not None and spec.model not in models:
-                raise ConfigError(f"{file}: rule {spec.name!r}: model = {spec.model!r} is not served; "
-                                  f"known: {models}")
+        problems.append(f"rule names must be unique; repeated: {duplicates}")
+    for spec in parsed.rule:
+        if models is not None and spec.model is not None and spec.model not in models:
+            problems.append(f"rule {spec.name!r}: model = {spec.model!r} is not served; known: {models}")
+        for pattern in spec.patterns if spec.match == "regex" else ():
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"rule {spec.name!r}: bad regex {pattern!r}: {exc}")
+    if len(problems) == 1:
+        raise ConfigError(f"{file}: {problems[0]}")
+    if problems:
+        raise ConfigError(f"{file}: {len(problems)} problems\n" + "\n".join(f"  {file}: {p}" for p in problems))
     try:
         return RuleSet(parsed.rule, source=str(file))
     except ConfigError as exc:

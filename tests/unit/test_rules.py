@@ -121,6 +121,21 @@ def test_load_rules_refuses_bad_files(tmp_path: Path) -> None:
         assert str(path) in info.value.message
 
 
+def test_every_problem_of_a_routes_file_is_said_at_once(tmp_path: Path) -> None:
+    # One problem a run, each after the server and the model had started, made a newcomer restart four times.
+    path = tmp_path / "r.toml"
+    path.write_text('[[rule]]\nname = "a"\nmatch = "regex"\npatterns = ["(x", "[y"]\nmodel = "big"\n\n'
+                    '[[rule]]\nname = "a"\nmatch = "exact"\npatterns = ["z"]\nreply = "q"\n')
+    with pytest.raises(ConfigError) as info:
+        load_rules(path, models=["default"])
+    assert info.value.message.splitlines() == [
+        f"{path}: 4 problems",
+        f"  {path}: rule names must be unique; repeated: ['a']",
+        f"  {path}: rule 'a': model = 'big' is not served; known: ['default']",
+        f"  {path}: rule 'a': bad regex '(x': missing ), unterminated subpattern at position 0",
+        f"  {path}: rule 'a': bad regex '[y': unterminated character set at position 0"]
+
+
 def test_example_routes_file_loads() -> None:
     example = Path(__file__).resolve().parents[2] / "configs" / "routes.example.toml"
     rules = load_rules(example, models=["default"])
