@@ -51,6 +51,14 @@ _MAX_OPTIONAL = 500
 and past Python's recursion limit (about 990 of them) it fails."""
 _PATH_NAME = 40
 """How much of a property's name an error's path shows: a name may be a hundred kilobytes long."""
+_MAX_REF_CHAIN = 32
+"""How many '$ref's (and 'anyOf' alternatives) may lead one to the next before the grammar writes anything."""
+_ANY = {"anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean", "null")]}
+"""Any JSON value, as the converter enforces it: it reads an empty schema as any *object*."""
+_RULE_NAME = re.compile(r"[A-Za-z0-9-]+")
+"""What llama.cpp's grammar parser takes as a rule name; llama.cpp crashes on a grammar it cannot parse."""
+_GBNF_TERMINALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{\d*(?:,\d*)?\}')
+"""A grammar rule's literals, character classes and repetition counts: what is left are rule names."""
 _MAX_NESTING = 64
 """How deep any value in a schema may nest, annotations included (``description``, ``default``): the cache key and
 the job's JSON are written by encoders that stop at a few hundred levels."""
@@ -92,13 +100,36 @@ def check_schema(schema: Any) -> None:
         raise _refuse("#", f"a schema must be a JSON object, got {type(schema).__name__}")
     if _nesting(schema) > _MAX_NESTING:
         raise _refuse("#", f"values nested deeper than {_MAX_NESTING} levels (annotations included); flatten it")
+    refs: list[tuple[str, dict[str, Any]]] = []
     for count, (path, node) in enumerate(_walk(schema, "#", 0), start=1):
         if count > _MAX_SUBSCHEMAS:
             raise _refuse("#", f"more than {_MAX_SUBSCHEMAS} subschemas; split the request or simplify the schema")
         _check_shape(path, node)
         _check_node(path, node)
+        if "$ref" in node or "allOf" in node:
+            refs.append((path, node))
+    # References are followed as the converter will follow them: in the schema as prepared for it.
+    renames = _def_renames(schema)
+    prepared = _prepare(schema, renames)
+    safe: set[str] = set()
+    for path, node in refs:
         if "$ref" in node:
-            _check_target(schema, path, node["$ref"])
+            ref = node["$ref"]
+            _check_target(prepared, path, ref, _renamed(ref, renames))
+            loop = _loops(prepared, _renamed(ref, renames), (), safe)
+            if loop == "chain":
+                raise _refuse(path, f"'$ref' = {ref!r:.80} leads through more than {_MAX_REF_CHAIN} '$ref's and "
+                              "'anyOf' alternatives before anything is written; shorten the chain")
+            if loop:
+                raise _refuse(path, f"'$ref' = {ref!r:.80} leads back to itself before anything is written (through "
+                              "'$ref's and 'anyOf' alternatives); the grammar cannot start it. Put the recursion "
+                              "inside an object's property or an array's items")
+        for i, part in enumerate(node.get("allOf", ()) if node.get("$ref") is None else ()):
+            target = _target(prepared, _renamed(part["$ref"], renames)) if "$ref" in part else part
+            if not isinstance(target, dict) or target.get("type", "object") != "object" or "properties" not in target:
+                what = f"refers to {part['$ref']!r:.80}, which has" if "$ref" in part else "has"
+                raise _refuse(f"{path}/allOf/{i}", "'allOf' is enforced only as a merge of object 'properties'; "
+                              f"this part {what} none")
 
 
 def _nesting(value: Any) -> int:
@@ -141,6 +172,32 @@ def _check_shape(path: str, node: dict[str, Any]) -> None:
             raise _refuse(path, f"'pattern' repeats {max(counts)} times; at most {MAX_REPEAT} (llama.cpp's grammar)")
         if len(pattern) > 4 * MAX_REPEAT:
             raise _refuse(path, f"'pattern' is {len(pattern)} characters; keep it under {4 * MAX_REPEAT}")
+        if (stray := _stray_bracket(pattern)) is not None:
+            raise _refuse(path, f"'pattern' has a {pattern[stray]!r} at index {stray} that closes nothing (the converter "
+                          f"would loop forever on it); write it as '\\{pattern[stray]}'")
+    for key in ("anyOf", "oneOf", "enum", "type"):
+        if node.get(key) == []:
+            raise _refuse(path, f"'{key}' is empty, so no value matches; give it at least one")
+
+
+def _stray_bracket(pattern: str) -> int | None:
+    """Where ``pattern`` has a ']' or '}' outside a character class and a repetition count, read as the converter
+    reads it (a class ends at its first unescaped ']'): on one, the converter loops forever."""
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c in "[{":
+            close = "]" if c == "[" else "}"
+            i += 1
+            while i < len(pattern) and pattern[i] != close:
+                i += 2 if pattern[i] == "\\" and c == "[" else 1
+        elif c in "]}":
+            return i
+        i += 1
+    return None
 
 
 def _walk(node: dict[str, Any], path: str, depth: int) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -210,7 +267,7 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
     kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
     for one in kinds:
         if one not in _TYPES:
-            raise _refuse(path, f"'type' = {one!r} is not a JSON type; use one of {', '.join(sorted(_TYPES))}")
+            raise _refuse(path, f"'type' = {one!r:.60} is not a JSON type; use one of {', '.join(sorted(_TYPES))}")
     if isinstance(kind, list):
         for one in kinds:
             _check_node(path, _for_type(node, one))
@@ -226,6 +283,10 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
         raise _refuse(path, f"keyword '{key}' {where} cannot be turned into llama.cpp's grammar and would be "
                       "silently ignored; remove it, or move it into a schema of its own (anyOf/allOf)")
     if lead == "properties" and isinstance(node.get("properties"), dict):
+        undefined = [name for name in node.get("required", ()) if name not in node["properties"]]
+        if undefined:
+            raise _refuse(path, f"'required' lists {undefined[0]!r:.60}, which 'properties' does not define; the "
+                          "grammar writes only defined properties, so define it or drop it from 'required'")
         optional = len(node["properties"].keys() - set(node.get("required", ())))
         if optional > _MAX_OPTIONAL:
             raise _refuse(path, f"{optional} optional properties (not in 'required'); llama.cpp's converter takes "
@@ -238,6 +299,9 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
             if extra or part.get("type", "object") != "object":
                 raise _refuse(f"{path}/allOf/{i}", "'allOf' is enforced only as a merge of object 'properties'; "
                               f"this part has {', '.join(sorted(extra)) or 'a non-object type'}")
+    if lead == "prefixItems" and "prefixItems" in node and "items" in node:
+        raise _refuse(path, "'prefixItems' and an 'items' list both give a tuple's parts, and the converter reads "
+                      "only 'items'; give them once, in 'prefixItems'")
     if lead == "prefixItems":  # the grammar writes exactly one item per part: Pydantic's tuple[int, str] says so
         count = len(node.get("prefixItems", node.get("items", [])))
         if not node.get("minItems", 0) <= count <= node.get("maxItems", count):
@@ -245,26 +309,61 @@ def _check_node(path: str, node: dict[str, Any]) -> None:
                           f"'minItems'/'maxItems' rule that out; make them agree")
     fmt = node.get("format")
     if fmt is not None and fmt not in _FORMATS:
-        raise _refuse(path, f"'format' = {fmt!r} cannot be enforced by a grammar; supported formats: "
+        raise _refuse(path, f"'format' = {fmt!r:.60} cannot be enforced by a grammar; supported formats: "
                       f"{', '.join(sorted(_FORMATS))}, or describe the string with 'pattern'")
     ref = node.get("$ref")
     if ref is not None and not (isinstance(ref, str) and ref.startswith("#/")):
-        raise _refuse(path, f"'$ref' = {ref!r}: only references inside the schema (\"#/...\") are followed")
+        raise _refuse(path, f"'$ref' = {ref!r:.60}: only references inside the schema (\"#/...\") are followed")
     if "integer" in kinds and any(b in node for b in _BOUNDS):
         _integer_range(path, node)
 
 
-def _check_target(schema: dict[str, Any], path: str, ref: str) -> None:
-    """Refuse a '$ref' that points at nothing, read as the converter reads it: names between slashes, each an
-    object's key (the converter follows no '~1' escape and no index into a list)."""
-    target: Any = schema
-    for name in ref[2:].split("/"):
+def _check_target(prepared: dict[str, Any], path: str, ref: str, renamed: str) -> None:
+    """Refuse a '$ref' that points at nothing, read as the converter reads it (``renamed``, in the schema as
+    :func:`_prepare` gives it the converter): names between slashes, each an object's key, no '~1' escape, no
+    index into a list, no '#' but the first."""
+    if "#" in ref[1:]:
+        raise _refuse(path, f"'$ref' = {ref!r:.80}: the converter reads a reference after its last '#'; use one")
+    target: Any = prepared
+    for name in renamed[2:].split("/"):
         if not isinstance(target, dict) or name not in target:
-            raise _refuse(path, f"'$ref' = {ref!r:.80} points at nothing in this schema (no {name!r:.40} there); "
-                          "define what it names, e.g. under '$defs'")
+            raise _refuse(path, f"'$ref' = {ref!r:.80} points at nothing the grammar can follow (no {name!r:.40} "
+                          "there; annotations such as 'default' are not followed); define what it names under "
+                          "'$defs' at the top")
         target = target[name]
     if not isinstance(target, dict):
         raise _refuse(path, f"'$ref' = {ref!r:.80} points at {type(target).__name__}, not at a schema (an object)")
+
+
+def _target(prepared: dict[str, Any], ref: str) -> Any:
+    """What ``ref`` names in ``prepared``, or None (a reference :func:`_check_target` passed names something)."""
+    target: Any = prepared
+    for name in ref[2:].split("/"):
+        target = target.get(name) if isinstance(target, dict) else None
+    return target
+
+
+def _loops(prepared: dict[str, Any], ref: str, trail: tuple[str, ...], safe: set[str]) -> str:
+    """"loop" when ``ref`` reaches itself again through '$ref's and 'anyOf'/'oneOf' alternatives alone (a grammar
+    rule that starts with itself, on which llama.cpp crashes when it samples), "chain" when it reaches through more
+    than :data:`_MAX_REF_CHAIN` of them, else "". ``safe`` remembers the refs that do neither."""
+    if ref in trail:
+        return "loop"
+    if ref in safe:
+        return ""
+    if len(trail) >= _MAX_REF_CHAIN:
+        return "chain"
+    pending = [_target(prepared, ref)]
+    while pending:
+        node = pending.pop()
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("$ref"), str) and (found := _loops(prepared, node["$ref"], (*trail, ref), safe)):
+            return found
+        for key in ("anyOf", "oneOf"):
+            pending.extend(node.get(key) or ())
+    safe.add(ref)
+    return ""
 
 
 def _integer_range(path: str, node: dict[str, Any]) -> range:
@@ -292,21 +391,75 @@ def _int(path: str, key: str, value: Any) -> int:
     return int(value)
 
 
+def _def_renames(schema: dict[str, Any]) -> dict[str, str]:
+    """New names for the top-level '$defs' (and 'definitions') whose names llama.cpp's grammar cannot take, by
+    reference prefix: {"#/$defs/Tree_int_": "#/$defs/Tree-int-"}. The converter names a rule after the last part
+    of a '$ref' and, for a recursive one, writes that name unescaped: Pydantic's ``Tree[int]`` crashed llama.cpp."""
+    renames: dict[str, str] = {}
+    taken = {name for key in ("$defs", "definitions") if isinstance(schema.get(key), dict) for name in schema[key]}
+    for key in ("$defs", "definitions"):
+        for name in schema.get(key) or () if isinstance(schema.get(key), dict) else ():
+            if _RULE_NAME.fullmatch(name):
+                continue
+            safe = re.sub(r"[^A-Za-z0-9-]+", "-", name).strip("-") or "def"
+            candidate, n = safe, 1
+            while candidate in taken:
+                n += 1
+                candidate = f"{safe}-{n}"
+            taken.add(candidate)
+            renames[f"#/{key}/{name}"] = f"#/{key}/{candidate}"
+    return renames
+
+
+def _renamed(ref: str, renames: dict[str, str]) -> str:
+    for old, new in renames.items():
+        if ref == old or ref.startswith(old + "/"):
+            return new + ref[len(old):]
+    return ref
+
+
+def _prepare(schema: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+    """``schema`` as the converter is given it: :func:`_enforceable`, with '$defs' renamed (:func:`_def_renames`),
+    and a top-level '$ref' beside its '$defs' read as an anyOf of one (the converter reads nothing beside a '$ref',
+    and so never resolves the references inside those '$defs': Pydantic's schema of a recursive model)."""
+    if renames:
+        schema = _with_refs_renamed(schema, renames)
+        for old, new in renames.items():
+            key, name, safe = old.split("/")[1], old.split("/", 2)[2], new.split("/", 2)[2]
+            schema = {**schema, key: {safe if n == name else n: v for n, v in schema[key].items()}}
+    prepared: dict[str, Any] = _enforceable(schema)
+    definitions = {k: _enforceable_map(v) for k, v in schema.items() if k in ("$defs", "definitions")}
+    if "$ref" in prepared and definitions:
+        return {**definitions, "anyOf": [prepared]}
+    return prepared
+
+
+def _with_refs_renamed(value: Any, renames: dict[str, str]) -> Any:
+    if isinstance(value, list):
+        return [_with_refs_renamed(item, renames) for item in value]
+    if not isinstance(value, dict):
+        return value
+    return {key: (_renamed(item, renames) if key == "$ref" and isinstance(item, str)
+                  else _with_refs_renamed(item, renames)) for key, item in value.items()}
+
+
 def _enforceable(schema: Any) -> Any:
     """``schema`` in the terms the converter enforces: a bounded integer becomes the enum of its values
     (the converter ignores bounds), a list of types an anyOf of one schema per type (the converter
-    would drop the other keywords), and the annotations it does not read are dropped (it reads a
-    schema of annotations only, Pydantic's ``Any``, as one it does not know, not as any value)."""
+    would drop the other keywords), the annotations it does not read are dropped, and a schema that
+    allows any value says so (the converter reads an empty one as any object, and one of annotations
+    only, Pydantic's ``Any``, as one it does not know)."""
     if isinstance(schema, list):
         return [_enforceable(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
     kind = schema.get("type")
+    definitions = {k: _enforceable_map(v) for k, v in schema.items() if k in ("$defs", "definitions")}
     if isinstance(kind, list):
-        return {"anyOf": [_enforceable(_for_type(schema, one)) for one in kind]}
+        rest = {k: v for k, v in schema.items() if k not in definitions}
+        return {**definitions, "anyOf": [_enforceable(_for_type(rest, one)) for one in kind]}
     if kind == "integer" and any(b in schema for b in _BOUNDS):
-        kept = {k: _enforceable_map(v) for k, v in schema.items() if k in ("$defs", "definitions")}
-        return {**kept, "enum": list(_integer_range("#", schema))}
+        return {**definitions, "enum": list(_integer_range("#", schema))}
     enforceable: dict[str, Any] = {}
     for key, value in schema.items():
         if key in _SCHEMA_MAPS:
@@ -315,12 +468,15 @@ def _enforceable(schema: Any) -> Any:
             enforceable[key] = value
         elif key not in _ANNOTATIONS:
             enforceable[key] = _enforceable(value)
-    if enforceable.get("additionalProperties") is True and "properties" not in enforceable:
-        del enforceable["additionalProperties"]  # what any object allows anyway; the converter reads it no further
-    if "$ref" in enforceable and len(enforceable) > 1:
-        # The converter reads nothing beside a '$ref', and so never resolves the references inside '$defs' there:
-        # Pydantic's schema of a recursive model ({"$defs": {...}, "$ref": ...}) would fail on its own '$defs'.
-        enforceable["anyOf"] = [{"$ref": enforceable.pop("$ref")}]
+    if enforceable.get("additionalProperties") is True:
+        if "properties" in enforceable:  # the converter writes other keys' values as objects only
+            enforceable["additionalProperties"] = _ANY
+        else:  # what any object allows anyway
+            del enforceable["additionalProperties"]
+    if "$ref" in enforceable:  # nothing beside it is read: '$defs' that only it could reach go
+        return {"$ref": enforceable["$ref"]}
+    if not enforceable.keys() - {"$defs", "definitions"}:
+        return {**enforceable, **_ANY}
     return enforceable
 
 
@@ -343,15 +499,30 @@ def grammar_for(response_format: ResponseFormat) -> LlamaGrammar:
 
     if response_format.schema_ is None:
         return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    check_schema(response_format.schema_)
+    schema = response_format.schema_
+    check_schema(schema)
     try:
-        gbnf = json_schema_to_gbnf(json.dumps(_enforceable(response_format.schema_)))
+        gbnf = json_schema_to_gbnf(json.dumps(_prepare(schema, _def_renames(schema))))
     except (ValueError, AssertionError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        # e.g. a 'pattern' outside its regex subset, or a thousand optional properties
-        raise InvalidRequest(f"field 'response_format.schema': llama.cpp's converter refused it: {exc}; simplify "
-                             "the part it names (a 'pattern' may use only plain regex syntax)",
+        # e.g. a 'pattern' outside its regex subset, or a chain of two thousand references
+        raise InvalidRequest(f"field 'response_format.schema': llama.cpp's converter refused it: {exc!s:.300}; "
+                             "simplify the part it names (a 'pattern' may use only plain regex syntax)",
                              field="response_format.schema") from None
+    _check_grammar(gbnf)
     return LlamaGrammar.from_string(gbnf, verbose=False)
+
+
+def _check_grammar(gbnf: str) -> None:
+    """Refuse a grammar llama.cpp could not parse: it crashes the worker on one instead of raising. Every rule
+    name (defined or used) must be letters, digits and '-', and every name used must be defined."""
+    rules = dict(line.partition(" ::= ")[::2] for line in gbnf.splitlines() if line.strip())
+    for name, body in rules.items():
+        for used in (name, *re.findall(r"[^\s()|*+?]+", _GBNF_TERMINALS.sub(" ", body))):
+            if not _RULE_NAME.fullmatch(used) or used not in rules:
+                raise InvalidRequest(f"field 'response_format.schema': llama-cpp-python's converter wrote a grammar "
+                                     f"llama.cpp cannot read (rule name {used!r:.60}); rename the '$defs' or "
+                                     "properties it comes from to letters, digits and '-'",
+                                     field="response_format.schema")
 
 
 class ParsedAnswer:

@@ -14,7 +14,7 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import jsonschema
 import pytest
@@ -42,6 +42,17 @@ class Cat(BaseModel):
 class Dog(BaseModel):
     kind: Literal["dog"]
     name: str = Field(max_length=8)
+
+
+T = TypeVar("T")
+
+
+class Tree(BaseModel, Generic[T]):
+    """Pydantic names this generic's definition "Tree_int_": the converter wrote that unescaped into a rule name
+    for the recursive step, and llama.cpp crashed the worker on the grammar."""
+
+    value: T
+    children: list[Tree[T]] = Field(default=[], max_length=2)
 
 
 class Pet(BaseModel):
@@ -73,9 +84,13 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}, "default": [], "maxItems": 2}}}},
         "$ref": "#/$defs/Node"},
     # Pydantic's tuple[int, str]: the item counts beside 'prefixItems' say what the grammar writes anyway.
+    # A type list beside '$defs' at the top: the references into them must still resolve.
+    "typelist_defs": {"type": ["object", "null"], "$defs": {"S": {"type": "string", "maxLength": 3}},
+                      "properties": {"a": {"$ref": "#/$defs/S"}}, "required": ["a"]},
     "tuple": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string", "maxLength": 4}],
               "minItems": 2, "maxItems": 2},
     "pydantic": Pet.model_json_schema(),
+    "generic_recursive": Tree[int].model_json_schema(),
     "formats": {"type": "object", "properties": {"day": {"type": "string", "format": "date"},
                                                  "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"}},
                 "required": ["day", "code"]},
@@ -198,6 +213,31 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
      ["501 optional properties", "at most 500", "list more in 'required'"]),
     ({"type": "object", "properties": {f"p{i}": {} for i in range(5000)}, "required": [f"p{i}" for i in range(5000)]},
      ["more than 5000 subschemas"]),
+    # Found by a review on 7 December: these crashed the worker (llama.cpp on a rule that starts with itself, or
+    # with no alternative), hung it (the converter loops forever on a ']' or '}' that closes nothing), or were
+    # enforced as something else.
+    ({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}, "$ref": "#/$defs/A"},
+     ["'$ref' = '#/$defs/A' leads back to itself before anything is written"]),
+    ({"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}}, ["#/properties/a", "leads back to itself"]),
+    ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(40)} | {"d40": {"type": "string"}},
+      "$ref": "#/$defs/d0"}, ["leads through more than 32 '$ref's"]),
+    ({"anyOf": []}, ["'anyOf' is empty"]),
+    ({"type": "string", "enum": []}, ["'enum' is empty"]),
+    ({"type": []}, ["'type' is empty"]),
+    ({"type": "string", "pattern": "^a]$"}, ["'pattern' has a ']' at index 2 that closes nothing"]),
+    ({"type": "string", "pattern": "^[[:alpha:]]$"}, ["a ']' at index 11"]),
+    ({"type": "string", "pattern": "^a}$"}, ["'pattern' has a '}' at index 2"]),
+    ({"type": "object", "default": {"type": "string"}, "properties": {"a": {"$ref": "#/default"}}},
+     ["'$ref' = '#/default' points at nothing the grammar can follow"]),
+    ({"$defs": {"a": {"type": "string"}}, "type": "object", "properties": {"x": {"$ref": "#/$defs/a#b"}}},
+     ["reads a reference after its last '#'"]),
+    ({"definitions": {"Color": {"enum": ["red"]}}, "type": "object", "properties": {"c": {
+        "allOf": [{"$ref": "#/definitions/Color"}]}}}, ["#/properties/c/allOf/0", "refers to '#/definitions/Color'"]),
+    ({"type": "array", "prefixItems": [{"type": "string"}], "items": [{"type": "integer"}]},
+     ["'prefixItems' and an 'items' list"]),
+    ({"type": "object", "properties": {"a": {}}, "required": ["a", "b"]},
+     ["'required' lists 'b', which 'properties' does not define"]),
+    ({"type": "string", "format": "x" * 5000}, ["'format' = 'xxxx"]),
 ])
 def test_the_router_refuses_a_schema_the_grammar_cannot_enforce(settings: Settings, redis: Redis, schema: Any,
                                                                  names: list[str]) -> None:
@@ -518,16 +558,44 @@ def test_bad_pipeline_fields_name_the_field_the_value_and_the_fix(settings: Sett
 
 
 def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker() -> None:
-    # A chain of two thousand references passes the router's check but exhausts the converter's recursion; the
-    # worker must answer invalid_request, not fail the job with a traceback.
+    # A lookahead in a pattern passes the router's check, and the converter refuses it; the worker must answer
+    # invalid_request, not fail the job with a traceback.
     from laya.errors import InvalidRequest
     from laya.schema import ResponseFormat
     from laya.structured import grammar_for
 
-    chain = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(2000)}
-    schema = {"$defs": {**chain, "d2000": {"type": "string"}}, "$ref": "#/$defs/d0"}
-    with pytest.raises(InvalidRequest, match="converter refused it"):
+    schema = {"type": "string", "pattern": "^(?=x)a$"}
+    with pytest.raises(InvalidRequest, match="converter refused it") as refused:
         grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
+    assert refused.value.field == "response_format.schema"
+
+
+def test_a_grammar_llama_cpp_cannot_read_is_refused_before_it_reaches_llama_cpp() -> None:
+    # llama.cpp crashes the worker on a grammar it cannot parse; the converter writes one for a recursive '$ref'
+    # whose last part is no rule name (here a property's name).
+    from laya.errors import InvalidRequest
+    from laya.schema import ResponseFormat
+    from laya.structured import grammar_for
+
+    schema = {"type": "object", "properties": {"my_node": {"type": "object", "properties": {
+        "next": {"$ref": "#/properties/my_node"}}}}}
+    with pytest.raises(InvalidRequest, match="grammar llama.cpp cannot read \\(rule name 'my_node'\\)"):
+        grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
+
+
+def test_a_value_of_any_type_is_any_json_value_not_only_an_object() -> None:
+    # The converter reads an empty schema as any object: Pydantic's Any, and the values of extra="allow".
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    from laya.structured import _def_renames, _prepare
+
+    for schema in ({"type": "object", "properties": {"x": {"title": "Anything", "default": None}}},
+                   {"type": "object", "properties": {"x": {}}},
+                   {"type": "object", "properties": {}, "additionalProperties": True}):
+        rules = dict(line.partition(" ::= ")[::2]
+                     for line in json_schema_to_gbnf(json.dumps(_prepare(schema, _def_renames(schema)))).splitlines())
+        value = rules.get("x", rules.get("additional-value", ""))  # the rule for the property's value
+        assert value.split(" | ")[1:] == ["array", "string", "number", "boolean", "null"], rules
 
 
 @pytest.mark.parametrize("schema", [

@@ -236,6 +236,7 @@ def test_the_order_check_finds_a_swap_anywhere_in_a_long_prompt() -> None:
     ("subscribe to the newsletter", "unsubscribe from the newsletter", "polarity"),
     ("i cannot log in", "i can not log in", ""),
     ("redirect http to https", "redirect https to http", "order"),
+    ("transfer money from my savings", "transfer money to my savings", "direction"),  # "from" on one side only
 ])
 def test_clash_finds_a_negation_or_opposed_words_and_lets_extra_words_pass(example: str, request_text: str,
                                                                           reason: str) -> None:
