@@ -131,7 +131,8 @@ def test_every_schema_gets_json_that_validates(settings: Settings, redis: Redis,
     for name, request_id in ids.items():
         result = client.wait(request_id, timeout=5)
         if name == "json_object":  # free-form keys: a steered model may run to max_tokens inside a string
-            assert result.ok == (result.finish_reason == "stop"), result
+            # ... but never fails: a broken JSON grammar is an error with no finish_reason
+            assert result.finish_reason in ("stop", "length") and result.ok == (result.finish_reason == "stop"), result
             if result.ok:
                 assert isinstance(result.json_value, dict)
             continue
@@ -238,6 +239,21 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
     ({"type": "object", "properties": {"a": {}}, "required": ["a", "b"]},
      ["'required' lists 'b', which 'properties' does not define"]),
     ({"type": "string", "format": "x" * 5000}, ["'format' = 'xxxx"]),
+    # Found by mutation testing on 7 December: each check, where no other test reached it.
+    ({"type": "string", "minLength": True}, ["'minLength' = True", "from 0 to 1000"]),
+    ({"type": "object", "additionalProperties": "no"}, ["'additionalProperties' = 'no'", "a boolean or an object"]),
+    ({"type": "object", "properties": {"a": 1}}, ["at #/properties/a:", "a JSON object, got int"]),
+    ({"type": "object", "properties": {"a": {"type": "string", "format": []}}}, ["at #/properties/a:", "'format' = []"]),
+    ({"type": "object", "properties": {"code": {"type": "string", "pattern": "^" + "a" * 3999 + "$"}}},
+     ["at #/properties/code:", "'pattern' is 4001 characters", "keep it under 4000"]),
+    ({"anyOf": [{"type": "string", "pattern": "^a{0,1001}$"}, {"type": "null"}]},
+     ["at #/anyOf/0:", "'pattern' repeats 1001 times"]),
+    ({"type": "array", "items": {"type": "array", "items": {"type": "string"}, "maxItems": 1001}},
+     ["at #/items:", "'maxItems' = 1001"]),
+    ({"type": "object", "additionalProperties": {"type": "string", "format": "email"}},
+     ["at #/additionalProperties:", "'format' = 'email'"]),
+    (functools.reduce(lambda inner, _: {"type": "array", "items": inner}, range(33), {"type": "string"}),
+     ["at #" + "/items" * 33 + ":", "nested deeper than 32 levels"]),
 ])
 def test_the_router_refuses_a_schema_the_grammar_cannot_enforce(settings: Settings, redis: Redis, schema: Any,
                                                                  names: list[str]) -> None:
@@ -557,6 +573,28 @@ def test_bad_pipeline_fields_name_the_field_the_value_and_the_fix(settings: Sett
         assert word in result.error.message, result.error.message
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "string", "minLength": 0, "maxLength": 1000},
+    {"type": "array", "items": {"type": "string"}, "minItems": 0, "maxItems": 1000},
+    {"type": "string", "pattern": "^a{0,1000}$"},
+    {"type": "string", "pattern": "^" + "a" * 3998 + "$"},  # 4000 characters
+    {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    {"allOf": [{"type": "object", "properties": {"a": {"type": "string"}}}]},
+    {"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}]},
+    functools.reduce(lambda inner, _: {"type": "array", "items": inner}, range(32), {"type": "string"}),
+    {"type": "string", "description": functools.reduce(lambda inner, _: {"d": inner}, range(62), {})},  # 64 levels
+])
+def test_a_schema_at_each_limit_is_accepted(schema: dict[str, Any]) -> None:
+    # The limits are the largest values llama.cpp takes, not one less; the subschemas of anyOf, oneOf, allOf and
+    # prefixItems are read, not refused.
+    from laya.schema import ResponseFormat
+    from laya.structured import check_schema, grammar_for
+
+    check_schema(schema)
+    assert grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema})) is not None
+
+
 def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker() -> None:
     # A lookahead in a pattern passes the router's check, and the converter refuses it; the worker must answer
     # invalid_request, not fail the job with a traceback.
@@ -579,8 +617,9 @@ def test_a_grammar_llama_cpp_cannot_read_is_refused_before_it_reaches_llama_cpp(
 
     schema = {"type": "object", "properties": {"my_node": {"type": "object", "properties": {
         "next": {"$ref": "#/properties/my_node"}}}}}
-    with pytest.raises(InvalidRequest, match="grammar llama.cpp cannot read \\(rule name 'my_node'\\)"):
+    with pytest.raises(InvalidRequest, match="grammar llama.cpp cannot read \\(rule name 'my_node'\\)") as refused:
         grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
+    assert refused.value.field == "response_format.schema"
 
 
 def test_a_value_of_any_type_is_any_json_value_not_only_an_object() -> None:
