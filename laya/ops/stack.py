@@ -317,7 +317,8 @@ class Stack:
 
         assert self.supervisor is not None and self._redis is not None
         host = socket.gethostname()
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         waiting = {**self.workers, "router": "router"}
         while time.monotonic() < deadline:
             if self.stop_requested:
@@ -330,7 +331,7 @@ class Stack:
                 if (pid := self.supervisor.pid(role)) is None:
                     continue
                 own = f"laya-{model}-{host}-{pid}"
-                if (self._router_read(f"{host}-{pid}-") if role == "router"
+                if (self._router_read(f"{host}-{pid}-", time.monotonic() - started) if role == "router"
                         else any(name == own or name.startswith(f"{own}.") for name in names)):
                     del waiting[role]
             if not waiting and check_health(self._redis, self.settings, models=list(self.workers.values())).ok:
@@ -339,9 +340,10 @@ class Stack:
         missing = ["the router" if role == "router" else f"the worker of {model}" for role, model in waiting.items()]
         raise ServerError(f"{' and '.join(missing)} did not come up within {timeout:g} s")
 
-    def _router_read(self, prefix: str) -> bool:
-        """Whether this run's router (its consumer name starts with ``prefix``) has read the stream: health alone
-        would count a router that an earlier run left in the group, and say "up" while ours refused to start."""
+    def _router_read(self, prefix: str, within_s: float) -> bool:
+        """Whether this run's router (its consumer name starts with ``prefix``) has read the stream in the last
+        ``within_s`` seconds, since this wait began: health alone would count a router that an earlier run left in
+        the group and say "up" while ours refused to start, and so would the name alone, where pids repeat."""
         assert self._redis is not None
         keys = Keys(self.settings.redis.prefix)
         try:
@@ -349,7 +351,7 @@ class Stack:
         except ResponseError:  # no group yet: no router has read
             return False
         return any((c["name"].decode() if isinstance(c["name"], bytes) else c["name"]).startswith(prefix)
-                   for c in consumers)
+                   and int(c["idle"]) < within_s * 1000 for c in consumers)
 
     def check(self) -> None:
         """Restart what died; raise :class:`ServerError` when a child or the server cannot be kept running."""

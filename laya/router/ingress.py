@@ -148,6 +148,8 @@ class Router:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
+        # Seen at once, on an empty stream too (Redis before 7.2 adds a consumer only when it delivers to it).
+        self.redis.xgroup_createconsumer(self.keys.ingress, self.keys.router_group, self.consumer)
         self.redis.hset(self.keys.admission, "max_queue_depth", self.settings.router.max_queue_depth)
         self._refresh_depths(self.redis)
 

