@@ -102,8 +102,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if model_path is None:
         demo = STATE_DIR / "laya-tiny-demo.gguf"
         tried = f" (`laya up` runs the demo model it wrote: --model {demo})" if demo.is_file() else ""
-        raise ConfigError(f"no model to plan: {settings.source} sets no model.path; pass --model PATH (a GGUF "
-                          f"file) or set model.path{tried}")
+        unset = ("no config file gives model.path" if settings.source == "<defaults>"
+                 else f"{settings.source} sets no model.path")
+        raise ConfigError(f"no model to plan: {unset}; pass --model PATH (a GGUF file) or set model.path{tried}")
     inp = plan_input(settings, ctx=args.ctx, n_seq=args.parallel, kv_type=args.kv, n_gpu_layers=args.gpu_layers,
                      offload_policy=args.offload)
     plan = make_plan(read_model_info(model_path), _machine(args), inp)

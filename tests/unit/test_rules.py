@@ -121,6 +121,15 @@ def test_load_rules_refuses_bad_files(tmp_path: Path) -> None:
         assert str(path) in info.value.message
 
 
+def test_a_rule_is_named_by_its_number_and_name_but_not_in_the_file_s_path(tmp_path: Path) -> None:
+    path = tmp_path / "rule.0" / "routes.toml"
+    path.parent.mkdir()
+    path.write_text('[[rule]]\nname = "a"\nmatch = "fuzzy"\npatterns = ["x"]\nreply = "x"\n')
+    with pytest.raises(ConfigError) as info:
+        load_rules(path)
+    assert info.value.message.startswith(f"{path}: rule 1 ('a').match = 'fuzzy': must be")
+
+
 def test_every_problem_of_a_routes_file_is_said_at_once(tmp_path: Path) -> None:
     # One problem a run, each after the server and the model had started, made a newcomer restart four times.
     path = tmp_path / "r.toml"
