@@ -9,10 +9,19 @@ That converter enforces only some of JSON Schema and silently ignores the rest
 (``minimum`` on a number, ``format: email``, ``uniqueItems``...): a schema
 relying on those would get text that parses but breaks the schema.
 :func:`check_schema` therefore runs in the router, without llama.cpp, and
-refuses any keyword the converter does not enforce, naming it. One gap is
-closed here instead of refused: an integer with ``minimum``/``maximum``
+refuses any keyword the converter does not enforce, naming it, and any schema
+on which the converter or llama.cpp would fail, loop or crash the worker.
+
+Some gaps are closed instead of refused: :func:`_prepare` hands the converter
+the schema in the terms it enforces (an integer with ``minimum``/``maximum``
 becomes the enum of its values when the range holds at most
-:data:`MAX_INTEGER_RANGE` of them.
+:data:`MAX_INTEGER_RANGE` of them; an empty schema allows any value, not only
+an object; ``$defs`` get names a grammar rule can take; a top-level ``$ref``
+beside its ``$defs`` is followed, as in Pydantic's schema of a recursive model).
+The router follows references in that prepared schema, as the converter will.
+
+The module reads in that order: the checks (router), the schema as the
+converter is given it, the grammar (worker), and the answer parsed back.
 """
 
 from __future__ import annotations
@@ -391,6 +400,9 @@ def _int(path: str, key: str, value: Any) -> int:
     return int(value)
 
 
+# -- the schema as the converter is given it ---------------------------------------------------------------------
+
+
 def _def_renames(schema: dict[str, Any]) -> dict[str, str]:
     """New names for the top-level '$defs' (and 'definitions') whose names llama.cpp's grammar cannot take, by
     reference prefix: {"#/$defs/Tree_int_": "#/$defs/Tree-int-"}. The converter names a rule after the last part
@@ -483,6 +495,9 @@ def _enforceable(schema: Any) -> Any:
 def _enforceable_map(schemas: Any) -> Any:
     """A map of names to schemas ('properties', '$defs'): its names are kept whatever they are ("title")."""
     return {name: _enforceable(part) for name, part in schemas.items()} if isinstance(schemas, dict) else schemas
+
+
+# -- the grammar (worker) and the answer ------------------------------------------------------------------------
 
 
 def canonical(response_format: ResponseFormat | None) -> Any:
