@@ -119,7 +119,7 @@ def check_schema(schema: Any) -> None:
             refs.append((path, node))
     # References are followed as the converter will follow them: in the schema as prepared for it.
     renames = _def_renames(schema)
-    prepared = _prepare(schema, renames)
+    prepared = _prepare(schema, renames, ranges=False)
     safe: set[str] = set()
     for path, node in refs:
         if "$ref" in node:
@@ -430,17 +430,19 @@ def _renamed(ref: str, renames: dict[str, str]) -> str:
     return ref
 
 
-def _prepare(schema: dict[str, Any], renames: dict[str, str]) -> dict[str, Any]:
+def _prepare(schema: dict[str, Any], renames: dict[str, str], *, ranges: bool = True) -> dict[str, Any]:
     """``schema`` as the converter is given it: :func:`_enforceable`, with '$defs' renamed (:func:`_def_renames`),
     and a top-level '$ref' beside its '$defs' read as an anyOf of one (the converter reads nothing beside a '$ref',
-    and so never resolves the references inside those '$defs': Pydantic's schema of a recursive model)."""
+    and so never resolves the references inside those '$defs': Pydantic's schema of a recursive model).
+    ``ranges=False`` leaves a bounded integer's values unlisted: the router follows references in it, and a
+    thousand values for each of thousands of integers cost it hundreds of megabytes."""
     if renames:
         schema = _with_refs_renamed(schema, renames)
         for old, new in renames.items():
             key, name, safe = old.split("/")[1], old.split("/", 2)[2], new.split("/", 2)[2]
             schema = {**schema, key: {safe if n == name else n: v for n, v in schema[key].items()}}
-    prepared: dict[str, Any] = _enforceable(schema)
-    definitions = {k: _enforceable_map(v) for k, v in schema.items() if k in ("$defs", "definitions")}
+    prepared: dict[str, Any] = _enforceable(schema, ranges)
+    definitions = {k: _enforceable_map(v, ranges) for k, v in schema.items() if k in ("$defs", "definitions")}
     if "$ref" in prepared and definitions:
         return {**definitions, "anyOf": [prepared]}
     return prepared
@@ -455,31 +457,31 @@ def _with_refs_renamed(value: Any, renames: dict[str, str]) -> Any:
                   else _with_refs_renamed(item, renames)) for key, item in value.items()}
 
 
-def _enforceable(schema: Any) -> Any:
+def _enforceable(schema: Any, ranges: bool = True) -> Any:
     """``schema`` in the terms the converter enforces: a bounded integer becomes the enum of its values
     (the converter ignores bounds), a list of types an anyOf of one schema per type (the converter
     would drop the other keywords), the annotations it does not read are dropped, and a schema that
     allows any value says so (the converter reads an empty one as any object, and one of annotations
     only, Pydantic's ``Any``, as one it does not know)."""
     if isinstance(schema, list):
-        return [_enforceable(item) for item in schema]
+        return [_enforceable(item, ranges) for item in schema]
     if not isinstance(schema, dict):
         return schema
     kind = schema.get("type")
-    definitions = {k: _enforceable_map(v) for k, v in schema.items() if k in ("$defs", "definitions")}
+    definitions = {k: _enforceable_map(v, ranges) for k, v in schema.items() if k in ("$defs", "definitions")}
     if isinstance(kind, list):
         rest = {k: v for k, v in schema.items() if k not in definitions}
-        return {**definitions, "anyOf": [_enforceable(_for_type(rest, one)) for one in kind]}
+        return {**definitions, "anyOf": [_enforceable(_for_type(rest, one), ranges) for one in kind]}
     if kind == "integer" and any(b in schema for b in _BOUNDS):
-        return {**definitions, "enum": list(_integer_range("#", schema))}
+        return {**definitions, "enum": list(_integer_range("#", schema)) if ranges else []}
     enforceable: dict[str, Any] = {}
     for key, value in schema.items():
         if key in _SCHEMA_MAPS:
-            enforceable[key] = _enforceable_map(value)
+            enforceable[key] = _enforceable_map(value, ranges)
         elif key in ("enum", "const", "required"):
             enforceable[key] = value
         elif key not in _ANNOTATIONS:
-            enforceable[key] = _enforceable(value)
+            enforceable[key] = _enforceable(value, ranges)
     if enforceable.get("additionalProperties") is True:
         if "properties" in enforceable:  # the converter writes other keys' values as objects only
             enforceable["additionalProperties"] = _ANY
@@ -492,9 +494,9 @@ def _enforceable(schema: Any) -> Any:
     return enforceable
 
 
-def _enforceable_map(schemas: Any) -> Any:
+def _enforceable_map(schemas: Any, ranges: bool = True) -> Any:
     """A map of names to schemas ('properties', '$defs'): its names are kept whatever they are ("title")."""
-    return {name: _enforceable(part) for name, part in schemas.items()} if isinstance(schemas, dict) else schemas
+    return {name: _enforceable(part, ranges) for name, part in schemas.items()} if isinstance(schemas, dict) else schemas
 
 
 # -- the grammar (worker) and the answer ------------------------------------------------------------------------
