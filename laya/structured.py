@@ -117,7 +117,12 @@ def check_schema(schema: Any) -> None:
         _check_node(path, node)
         if "$ref" in node or "allOf" in node:
             refs.append((path, node))
-    # References are followed as the converter will follow them: in the schema as prepared for it.
+    _check_references(schema, refs)
+
+
+def _check_references(schema: dict[str, Any], refs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Follow each '$ref' (and each 'allOf' part's) of ``refs``, the nodes holding them, as the converter will
+    follow it: in the schema as prepared for it (:func:`_prepare`)."""
     renames = _def_renames(schema)
     prepared = _prepare(schema, renames, ranges=False)
     safe: set[str] = set()
