@@ -148,8 +148,6 @@ class Router:
         except ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise
-        # Seen at once, on an empty stream too (Redis before 7.2 adds a consumer only when it delivers to it).
-        self.redis.xgroup_createconsumer(self.keys.ingress, self.keys.router_group, self.consumer)
         self.redis.hset(self.keys.admission, "max_queue_depth", self.settings.router.max_queue_depth)
         self._refresh_depths(self.redis)
 
@@ -405,6 +403,8 @@ class Router:
 
     def run(self) -> None:
         self.ensure_group()
+        # About to read: seen at once, on an empty stream too (Redis before 7.2 adds a reader only on delivery).
+        self.redis.xgroup_createconsumer(self.keys.ingress, self.keys.router_group, self.consumer)
         log.info("router %s serving %s (%d rules, models %s)", self.consumer, self.keys.ingress,
                  len(self.rules_stage.rules), ", ".join(self.settings.model_names))
         if self.embedder is not None:
