@@ -423,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "a given) machine, before loading")
     p.add_argument("--model", type=Path, metavar="GGUF", help="GGUF file (default: model.path, or every model "
                                                               "of [[models]], planned together)")
-    p.add_argument("--ctx", type=_at_least_one, metavar="TOKENS", help="tokens per sequence (default: runtime.max_seq_len)")
+    p.add_argument("--ctx", type=_at_least_one, metavar="TOKENS",
+                   help="tokens per sequence (default: runtime.max_seq_len)")
     p.add_argument("--parallel", type=_at_least_one, metavar="N", help="sequences (default: runtime.n_parallel)")
     p.add_argument("--kv", choices=["f16", "q8_0", "q4_0"], help="KV cache type (default: memory.kv_cache_policy)")
     p.add_argument("--gpu-layers", type=int, metavar="N", help="layers on the GPU, -1 = all (default: "
@@ -513,7 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="synthetic rules, a quarter of each kind (default 1000)")
     p.add_argument("--cache-entries", type=int, default=100_000, metavar="N",
                    help="entries in the response cache (default 100000)")
-    p.add_argument("--requests", type=_at_least_one, default=20_000, metavar="N", help="requests to route (default 20000)")
+    p.add_argument("--requests", type=_at_least_one, default=20_000, metavar="N",
+                   help="requests to route (default 20000)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("stats", help="routes, decision latency, queues and workers")

@@ -187,8 +187,8 @@ def _check_shape(path: str, node: dict[str, Any]) -> None:
         if len(pattern) > 4 * MAX_REPEAT:
             raise _refuse(path, f"'pattern' is {len(pattern)} characters; keep it under {4 * MAX_REPEAT}")
         if (stray := _stray_bracket(pattern)) is not None:
-            raise _refuse(path, f"'pattern' has a {pattern[stray]!r} at index {stray} that closes nothing (the converter "
-                          f"would loop forever on it); write it as '\\{pattern[stray]}'")
+            raise _refuse(path, f"'pattern' has a {pattern[stray]!r} at index {stray} that closes nothing (the "
+                          f"converter would loop forever on it); write it as '\\{pattern[stray]}'")
     for key in ("anyOf", "oneOf", "enum", "type"):
         if node.get(key) == []:
             raise _refuse(path, f"'{key}' is empty, so no value matches; give it at least one")
@@ -501,7 +501,9 @@ def _enforceable(schema: Any, ranges: bool = True) -> Any:
 
 def _enforceable_map(schemas: Any, ranges: bool = True) -> Any:
     """A map of names to schemas ('properties', '$defs'): its names are kept whatever they are ("title")."""
-    return {name: _enforceable(part, ranges) for name, part in schemas.items()} if isinstance(schemas, dict) else schemas
+    if not isinstance(schemas, dict):
+        return schemas
+    return {name: _enforceable(part, ranges) for name, part in schemas.items()}
 
 
 # -- the grammar (worker) and the answer ------------------------------------------------------------------------

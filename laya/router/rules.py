@@ -274,7 +274,8 @@ def load_rules(path: str | Path | None, *, models: list[str] | None = None) -> R
         parsed = RulesFile.model_validate(data)
     except ValidationError as exc:
         message = format_validation_error(str(file), exc, model=RulesFile)
-        raise ConfigError(re.sub(r"(?<=: )rule\.(\d+)", lambda found: _rule_by_number(data, int(found[1])), message)) from None
+        numbered = re.sub(r"(?<=: )rule\.(\d+)", lambda found: _rule_by_number(data, int(found[1])), message)
+        raise ConfigError(numbered) from None
     # Every problem at once, not one per restart of the router.
     problems = []
     names = [spec.name for spec in parsed.rule]
