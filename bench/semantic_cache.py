@@ -91,6 +91,14 @@ def mrpc_pairs(source: Path, out: Path) -> Path:
     return out
 
 
+def labelled_paths(mrpc: Path | None, tmp: Path, *, mrpc_name: str = "MRPC test split") -> list[tuple[str, Path]]:
+    """The labelled sets of tests/data by name, then MRPC's test split when given (as pairs written into ``tmp``)."""
+    paths = [(name, DATA / name) for name in SETS]
+    if mrpc is not None:
+        paths.append((mrpc_name, mrpc_pairs(mrpc, tmp / "mrpc.jsonl")))
+    return paths
+
+
 def main() -> None:
     from laya.config import RouterConfig
     from laya.ops.pairbench import run_pair_bench
@@ -102,10 +110,7 @@ def main() -> None:
     lines = ["# Semantic cache on labelled pairs", ""]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        paths = [(name, DATA / name) for name in SETS]
-        if args.mrpc is not None:
-            paths.append(("MRPC test split (msr_paraphrase_test.txt)", mrpc_pairs(args.mrpc, Path(tmp) / "mrpc.jsonl")))
-        for name, path in paths:
+        for name, path in labelled_paths(args.mrpc, Path(tmp), mrpc_name="MRPC test split (msr_paraphrase_test.txt)"):
             result = run_pair_bench(path, threshold=threshold)
             ok = result.wrong_hit_rate < 0.01 and result.hit_rate >= 0.5
             verdict = "met" if ok else "NOT met"

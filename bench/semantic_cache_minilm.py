@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from common import write_results
-from semantic_cache import DATA, SETS, mrpc_pairs
+from semantic_cache import labelled_paths
 
 THRESHOLDS = (0.8, 0.85, 0.9, 0.95)
 
@@ -73,10 +73,7 @@ def main() -> None:
     runs = []
     encoded = encode_ns = 0
     with tempfile.TemporaryDirectory() as tmp:
-        paths = [(name, DATA / name) for name in SETS]
-        if args.mrpc is not None:
-            paths.append(("MRPC test split", mrpc_pairs(args.mrpc, Path(tmp) / "mrpc.jsonl")))
-        for name, path in paths:
+        for name, path in labelled_paths(args.mrpc, Path(tmp)):
             pairs = read_pairs(path)
             started = time.perf_counter_ns()
             a = minilm.encode([p.a for p in pairs], normalize_embeddings=True, batch_size=64)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from common import write_results
-from semantic_cache import DATA, SETS, mrpc_pairs
+from semantic_cache import labelled_paths
 
 POS_FILES = {"n": "noun", "v": "verb", "a": "adj", "r": "adv"}
 
@@ -135,10 +135,7 @@ def main() -> None:
              "|---" * (2 + len(variants)) + "|"]
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
-        paths = [(name, DATA / name) for name in SETS]
-        if args.mrpc is not None:
-            paths.append(("MRPC test split", mrpc_pairs(args.mrpc, Path(tmp) / "mrpc.jsonl")))
-        for name, path in paths:
+        for name, path in labelled_paths(args.mrpc, Path(tmp)):
             pairs = read_pairs(path)
             near = [float(embedder.embed(p.a) @ embedder.embed(p.b)) >= threshold for p in pairs]
             same = sum(p.same for p in pairs)
