@@ -660,3 +660,41 @@ def test_an_error_s_path_shows_the_start_of_a_long_property_name() -> None:
         check_schema({"type": "object", "properties": {"n" * 100_000: {"not": {}}}})
     assert f"at #/properties/{'n' * 40}...: keyword 'not'" in raised.value.message
     assert len(raised.value.message) < 300
+
+
+def test_the_converter_finishes_on_every_pattern_the_router_lets_through() -> None:
+    # A ']' or '}' that closes nothing made the converter loop forever, holding the worker; 3,000 random patterns
+    # over the characters that matter, each given half a second (a loop raises at the alarm).
+    import random
+    import signal
+
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    from laya.errors import InvalidRequest
+    from laya.structured import check_schema
+
+    def too_long(*_: object) -> None:
+        raise TimeoutError
+
+    rng, hung = random.Random(7), []
+    previous = signal.signal(signal.SIGALRM, too_long)
+    try:
+        for _ in range(3000):
+            schema = {"type": "string", "pattern": "^" + "".join(rng.choices("ab[]{}()|*+?.\\-0123,:", k=8)) + "$"}
+            try:
+                check_schema(schema)
+            except InvalidRequest:
+                continue
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            try:
+                json_schema_to_gbnf(json.dumps(schema))
+            except TimeoutError:
+                hung.append(schema["pattern"])
+                break
+            except Exception:  # noqa: BLE001, S112 - refusing is the converter's right; looping forever is not
+                continue
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert hung == []
