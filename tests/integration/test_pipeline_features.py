@@ -208,7 +208,7 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
     ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}},
      ["#/properties/a", "'$ref' = '#/$defs/nope' points at nothing", "'$defs'"]),
     ({"type": "object", "properties": {"a": {"$ref": "#/properties/b/type"}, "b": {"type": "string"}}},
-     ["points at str, not at a schema"]),
+     ["at #/properties/a:", "points at str, not at a schema"]),
     ({"type": "object", "properties": {"a": {}}, "required": [{}]}, ["'required' lists {}", "property names"]),
     ({"type": "object", "properties": {f"p{i}": {} for i in range(501)}},
      ["501 optional properties", "at most 500", "list more in 'required'"]),
@@ -219,7 +219,8 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
     # enforced as something else.
     ({"$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}, "$ref": "#/$defs/A"},
      ["'$ref' = '#/$defs/A' leads back to itself before anything is written"]),
-    ({"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}}, ["#/properties/a", "leads back to itself"]),
+    ({"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}},
+     ["at #/properties/a:", "leads back to itself"]),
     ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(40)} | {"d40": {"type": "string"}},
       "$ref": "#/$defs/d0"}, ["leads through more than 32 '$ref's"]),
     ({"anyOf": []}, ["'anyOf' is empty"]),
@@ -231,7 +232,7 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
     ({"type": "object", "default": {"type": "string"}, "properties": {"a": {"$ref": "#/default"}}},
      ["'$ref' = '#/default' points at nothing the grammar can follow"]),
     ({"$defs": {"a": {"type": "string"}}, "type": "object", "properties": {"x": {"$ref": "#/$defs/a#b"}}},
-     ["reads a reference after its last '#'"]),
+     ["at #/properties/x:", "reads a reference after its last '#'"]),
     ({"definitions": {"Color": {"enum": ["red"]}}, "type": "object", "properties": {"c": {
         "allOf": [{"$ref": "#/definitions/Color"}]}}}, ["#/properties/c/allOf/0", "refers to '#/definitions/Color'"]),
     ({"type": "array", "prefixItems": [{"type": "string"}], "items": [{"type": "integer"}]},
@@ -255,6 +256,24 @@ def test_json_cut_by_max_tokens_says_so_and_is_never_cached(settings: Settings, 
      ["at #/additionalProperties:", "'format' = 'email'"]),
     (functools.reduce(lambda inner, _: {"type": "array", "items": inner}, range(33), {"type": "string"}),
      ["at #" + "/items" * 33 + ":", "nested deeper than 32 levels"]),
+    # Found by mutation testing of the reference and pattern checks: a 'oneOf' that starts with itself crashes
+    # llama.cpp as an 'anyOf' does, a ']' after an escape, a count or a class hangs the converter, 33 '$ref's are one
+    # too many, and a reference into a list (JSON Pointer's "/0"), reached through another reference, is refused,
+    # not an error.
+    ({"$defs": {"A": {"oneOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}}, "$ref": "#/$defs/A"},
+     ["'$ref' = '#/$defs/A' leads back to itself before anything is written"]),
+    ({"type": "string", "pattern": "^X\\d]$"}, ["'pattern' has a ']' at index 4 that closes nothing"]),
+    ({"type": "string", "pattern": "^a{2}]$"}, ["a ']' at index 5"]),
+    ({"type": "string", "pattern": "^[\\d]]$"}, ["a ']' at index 5"]),
+    ({"type": "string", "pattern": "^[a]]$"}, ["a ']' at index 4"]),
+    ({"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(32)} | {"d32": {"type": "string"}},
+      "$ref": "#/$defs/d0"}, ["at #:", "leads through more than 32 '$ref's"]),
+    ({"allOf": [{"type": "object"}]}, ["at #/allOf/0:", "this part has none"]),
+    ({"type": "object", "allOf": [{"$ref": "#/$defs/nope"}]},
+     ["at #/allOf/0:", "refers to '#/$defs/nope', which has none"]),
+    ({"type": "object", "properties": {"a": {"$ref": "#/properties/b"}, "b": {"$ref": "#/properties/c/anyOf/0"},
+                                       "c": {"anyOf": [{"type": "string"}, {"type": "null"}]}}},
+     ["at #/properties/b:", "'$ref' = '#/properties/c/anyOf/0' points at nothing"]),
 ])
 def test_the_router_refuses_a_schema_the_grammar_cannot_enforce(settings: Settings, redis: Redis, schema: Any,
                                                                  names: list[str]) -> None:
@@ -585,6 +604,22 @@ def test_bad_pipeline_fields_name_the_field_the_value_and_the_fix(settings: Sett
     {"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}]},
     functools.reduce(lambda inner, _: {"type": "array", "items": inner}, range(32), {"type": "string"}),
     {"type": "string", "description": functools.reduce(lambda inner, _: {"d": inner}, range(62), {})},  # 64 levels
+    # 32 '$ref's in a chain (33 are refused); an 'allOf' part that refers to an object's properties without
+    # 'type'; escaped brackets, which close nothing and are no stray one, and classes side by side; a '$defs' name
+    # the grammar cannot take, referred to from an 'anyOf' (Pydantic's Optional[Tree[int]]); a value holding what
+    # separates a grammar rule's name from its body.
+    {"$defs": {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(31)} | {"d31": {"type": "string"}},
+     "$ref": "#/$defs/d0"},
+    {"type": "string", "pattern": "^a\\]\\}$"},
+    {"type": "string", "pattern": "^[\\]]$"},
+    {"type": "string", "pattern": "^[a-z][0-9]$"},
+    {"$defs": {"Tree_int_": {"type": "object", "properties": {"value": {"type": "integer"}}}},
+     "anyOf": [{"$ref": "#/$defs/Tree_int_"}, {"type": "null"}]},
+    {"enum": ["x ::= y"]},
+    {"$defs": {"Base": {"properties": {"a": {"type": "string"}}}}, "allOf": [{"$ref": "#/$defs/Base"}]},
+    # Pydantic 1 writes 'definitions': a recursive one's name is renamed as in '$defs'.
+    {"definitions": {"Node_1": {"type": "object", "properties": {"next": {
+        "anyOf": [{"$ref": "#/definitions/Node_1"}, {"type": "null"}]}}}}, "$ref": "#/definitions/Node_1"},
 ])
 def test_a_schema_at_each_limit_is_accepted(schema: dict[str, Any]) -> None:
     # The limits are the largest values llama.cpp takes, not one less; the subschemas of anyOf, oneOf, allOf and
@@ -596,6 +631,50 @@ def test_a_schema_at_each_limit_is_accepted(schema: dict[str, Any]) -> None:
     assert grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema})) is not None
 
 
+def test_references_that_fan_out_are_followed_once_each() -> None:
+    # Each '$ref' the loop check has followed is remembered: through 'anyOf's of two references 30 levels deep
+    # there are 2**30 paths, and a check that walked each of them would hold the router for hours.
+    from laya.structured import check_schema
+
+    schema = {"$defs": {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+                        for i in range(30)} | {"d30": {"type": "string"}}, "$ref": "#/$defs/d0"}
+    checking = threading.Thread(target=check_schema, args=(schema,), daemon=True)
+    checking.start()
+    checking.join(timeout=10)
+    assert not checking.is_alive(), "the loop check walked every path through the references"
+
+
+def test_renaming_a_definition_changes_only_the_references_to_it() -> None:
+    # A '$defs' name the grammar cannot take is renamed, and so is each '$ref' to it, or into it; a name already
+    # taken is never reused (one definition would replace the other), and a 'const' that reads like a reference is
+    # a value, which the grammar must still write as it is.
+    from laya.structured import _def_renames, _prepare
+
+    for key in ("$defs", "definitions"):
+        defs = {"c": {"type": "string"}, "Tree_int_": {"type": "object", "properties": {"v": {"type": "string"}}},
+                "Tree-int": {"type": "integer"}, "a_b": {"type": "boolean"}, "a.b": {"type": "null"},
+                "__": {"type": "number"}}
+        refs = {name: {"$ref": f"#/{key}/{name}"} for name in defs}
+        schema = {key: defs, "type": "object", "properties": {
+            **refs, "y": {"const": f"#/{key}/a_b"}, "z": {"$ref": f"#/{key}/Tree_int_/properties/v"}}}
+        prepared = _prepare(schema, _def_renames(schema))
+        new = {"c": "c", "Tree_int_": "Tree-int-2", "Tree-int": "Tree-int", "a_b": "a-b", "a.b": "a-b-2", "__": "def"}
+        assert prepared[key] == {new[name]: value for name, value in defs.items()}
+        assert prepared["properties"] == {**{name: {"$ref": f"#/{key}/{new[name]}"} for name in defs},
+                                          "y": {"const": f"#/{key}/a_b"},
+                                          "z": {"$ref": f"#/{key}/Tree-int-2/properties/v"}}
+
+
+def test_a_bounded_integer_in_the_definitions_of_a_top_level_ref_is_listed() -> None:
+    # Pydantic's recursive model with a Field(ge=1, le=3): the converter reads the '$defs' beside the top-level
+    # '$ref' only as the prepared schema gives them, so their bounds must be listed there too.
+    from laya.structured import _def_renames, _prepare
+
+    schema = {"$defs": {"Node": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 3}},
+                                 "required": ["n"]}}, "$ref": "#/$defs/Node"}
+    assert _prepare(schema, _def_renames(schema))["$defs"]["Node"]["properties"]["n"] == {"enum": [1, 2, 3]}
+
+
 def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker() -> None:
     # A lookahead in a pattern passes the router's check, and the converter refuses it; the worker must answer
     # invalid_request, not fail the job with a traceback.
@@ -603,10 +682,11 @@ def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker()
     from laya.schema import ResponseFormat
     from laya.structured import grammar_for
 
-    schema = {"type": "string", "pattern": "^(?=x)a$"}
-    with pytest.raises(InvalidRequest, match="converter refused it") as refused:
-        grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
-    assert refused.value.field == "response_format.schema"
+    # So does a bracket that never closes (the router's check for a stray one reads to the end of the pattern).
+    for schema in ({"type": "string", "pattern": "^(?=x)a$"}, {"type": "string", "pattern": "^[ab$"}):
+        with pytest.raises(InvalidRequest, match="converter refused it") as refused:
+            grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
+        assert refused.value.field == "response_format.schema"
 
 
 def test_a_grammar_llama_cpp_cannot_read_is_refused_before_it_reaches_llama_cpp() -> None:
@@ -621,6 +701,15 @@ def test_a_grammar_llama_cpp_cannot_read_is_refused_before_it_reaches_llama_cpp(
     with pytest.raises(InvalidRequest, match="grammar llama.cpp cannot read \\(rule name 'my_node'\\)") as refused:
         grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
     assert refused.value.field == "response_format.schema"
+
+
+def test_the_grammar_check_refuses_a_rule_name_no_rule_defines() -> None:
+    # llama.cpp crashes on a grammar that uses a rule it does not define, however well the rule is named.
+    from laya.errors import InvalidRequest
+    from laya.structured import _check_grammar
+
+    with pytest.raises(InvalidRequest, match="rule name 'item'"):
+        _check_grammar('root ::= "[" item "]"\n')
 
 
 def test_a_value_of_any_type_is_any_json_value_not_only_an_object() -> None:
@@ -698,3 +787,18 @@ def test_the_converter_finishes_on_every_pattern_the_router_lets_through() -> No
     finally:
         signal.signal(signal.SIGALRM, previous)
     assert hung == []
+
+
+def test_the_worker_lists_a_bounded_integer_wherever_it_is_and_keeps_a_constant_whole() -> None:
+    # The router leaves bounded integers unlisted; the worker must list them in lists, type lists and maps, and an
+    # object given as 'const' or 'enum' is a value, not a schema to strip annotations from (mutation run's finds).
+    from laya.structured import _def_renames, _prepare
+
+    cases = [({"type": "array", "items": {"type": "integer", "minimum": 1, "maximum": 3}}, lambda p: p["items"]),
+             ({"type": ["integer", "null"], "minimum": 1, "maximum": 3}, lambda p: p["anyOf"][0]),
+             ({"type": "object", "additionalProperties": {"type": "integer", "minimum": 1, "maximum": 3}},
+              lambda p: p["additionalProperties"])]
+    for schema, found in cases:
+        assert found(_prepare(schema, _def_renames(schema)))["enum"] == [1, 2, 3]
+    for key, value in (("const", {"title": "t"}), ("enum", [{"default": 1}])):
+        assert _prepare({key: value}, {})[key] == value
