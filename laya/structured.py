@@ -129,8 +129,9 @@ def _check_references(schema: dict[str, Any], refs: list[tuple[str, dict[str, An
     for path, node in refs:
         if "$ref" in node:
             ref = node["$ref"]
-            _check_target(prepared, path, ref, _renamed(ref, renames))
-            loop = _loops(prepared, _renamed(ref, renames), (), safe)
+            followed = _renamed(ref, renames)
+            _check_target(prepared, path, ref, followed)
+            loop = _loops(prepared, followed, (), safe)
             if loop == "chain":
                 raise _refuse(path, f"'$ref' = {ref!r:.80} leads through more than {_MAX_REF_CHAIN} '$ref's and "
                               "'anyOf' alternatives before anything is written; shorten the chain")
