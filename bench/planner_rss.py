@@ -31,7 +31,8 @@ CHILD = r"""
 import json, sys, time
 from laya.config import Settings
 from laya.worker.backend import Controls
-from laya.worker.rqworker import plan_and_load, resident_bytes
+from laya.memory.machine import resident_bytes
+from laya.worker.rqworker import plan_and_load
 from laya.schema import Request
 baseline = resident_bytes()
 settings = Settings.model_validate({"model": {"path": sys.argv[1], "cpu_extra_buffers": sys.argv[3]},

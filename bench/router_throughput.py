@@ -13,7 +13,7 @@ single `enqueue` calls — what a router that turned every request into a job
 would be bound by.
 
 With and without Prometheus metrics in the same run, runs alternating: with
-them, the router keeps its metrics (laya.ops.metrics), serves them over HTTP, and a
+them, the router keeps its metrics (laya.metrics), serves them over HTTP, and a
 scraper reads them every second while the router drains (Prometheus's default
 is every 15 s). ``--no-metrics`` leaves that part out.
 
@@ -58,7 +58,7 @@ def drain(redis: Redis, url: str, metrics: bool = False) -> float:
     if metrics:
         from prometheus_client import start_http_server
 
-        from laya.ops.metrics import RouterMetrics, new_registry
+        from laya.metrics import RouterMetrics, new_registry
 
         router_metrics = RouterMetrics()
         registry = new_registry()

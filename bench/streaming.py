@@ -29,7 +29,7 @@ from pathlib import Path
 
 from common import start_valkey, stop_processes, write_results
 
-from laya.ops.stats import percentile
+from laya.router.latency import percentile
 
 
 def stats_ms(values: list[float]) -> str:

@@ -3,34 +3,36 @@
 Producers push requests into a Redis stream; the ingress router answers cache
 hits and rule matches in microseconds and queues the rest as RQ jobs for one
 single-concurrency GPU worker per GPU running llama-cpp-python.
+
+``import laya`` imports nothing else: each public name loads its module on first
+use, so a producer pays only for what it uses, and a worker process can load
+llama.cpp's native libraries before any other (:mod:`laya.__main__`).
 """
 
-import sys as _sys
+from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING
 
-def _command(argv: list[str]) -> str | None:
-    """The ``laya`` subcommand in ``argv``: the first word that is not a global option or its value."""
-    words = iter(argv[1:])
-    for word in words:
-        if word in ("-c", "--config", "--log-level"):
-            next(words, None)
-        elif not word.startswith("-"):
-            return word
-    return None
-
-
-if _command(_sys.argv) == "worker":  # `laya worker`, `python -m laya worker`: before numpy and pydantic load
-    # With a CUDA build of llama-cpp-python 0.3.36, a process that had loaded numpy and pydantic
-    # before llama.cpp's libraries crashed (SIGSEGV) inside llama_model::print_info() while loading
-    # every model, whatever the verbosity or the CPU extra buffers; the same load with llama_cpp
-    # imported first never crashed (bench/results/load_probe_cuda.md). The root cause in the
-    # native libraries is not found yet; loading llama.cpp first is what a worker can do today.
-    import llama_cpp  # noqa: F401
-
-from laya.client import Chunk, Client
-from laya.config import Settings, load_settings
-from laya.errors import LayaError
-from laya.schema import Message, Request, Result
+if TYPE_CHECKING:
+    from laya.client import Chunk, Client
+    from laya.config import Settings, load_settings
+    from laya.errors import LayaError
+    from laya.schema import Message, Request, Result
 
 __all__ = ["Chunk", "Client", "LayaError", "Message", "Request", "Result", "Settings", "load_settings"]
 __version__ = "0.1.0"
+
+_HOMES = {"Chunk": "laya.client", "Client": "laya.client", "Settings": "laya.config", "load_settings": "laya.config",
+          "LayaError": "laya.errors", "Message": "laya.schema", "Request": "laya.schema", "Result": "laya.schema"}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'laya' has no attribute {name!r}")
+    return getattr(import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

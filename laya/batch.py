@@ -44,7 +44,7 @@ from laya.batchfile import BatchInput, Line, ResultsFile, read_batch
 from laya.client import Client
 from laya.connection import server_url
 from laya.errors import ConnectionLost, FileAccessError
-from laya.ops.lookup import unfinished
+from laya.lookup import unfinished
 from laya.schema import Result
 
 __all__ = ["Batch", "BatchSummary", "Window", "read_batch", "run_batch"]
@@ -225,7 +225,7 @@ class Batch:
         lines to send; those still on their way are waited for.
 
         Results are read first, then what is still on its way
-        (:func:`~laya.ops.lookup.unfinished`), then results again for whatever
+        (:func:`~laya.lookup.unfinished`), then results again for whatever
         finished while it looked: a request is never missed between two stops.
         """
         pending = [line for line in self.input.requests if line.number not in self.results.done]

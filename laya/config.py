@@ -246,7 +246,7 @@ class RouterConfig(BaseModel):
 
 
 class MetricsConfig(BaseModel):
-    """Prometheus metrics: each router and worker process serves its own ``/metrics`` (see laya.ops.metrics)."""
+    """Prometheus metrics: each router and worker process serves its own ``/metrics`` (see laya.metrics)."""
 
     model_config = _STRICT
 

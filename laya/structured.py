@@ -21,12 +21,12 @@ beside its ``$defs`` is followed, as in Pydantic's schema of a recursive model).
 The router follows references in that prepared schema, as the converter will.
 
 The module reads in that order: the checks (router), the schema as the
-converter is given it, the grammar (worker), and the answer parsed back.
+converter is given it, and the answer parsed back. The grammar itself is
+built in the worker (:mod:`laya.worker.grammar`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -36,11 +36,18 @@ import orjson
 from laya.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from llama_cpp.llama_grammar import LlamaGrammar
-
     from laya.schema import ResponseFormat
 
-__all__ = ["MAX_INTEGER_RANGE", "MAX_REPEAT", "ParsedAnswer", "canonical", "check_schema", "grammar_for", "parse_answer"]
+__all__ = [
+    "MAX_INTEGER_RANGE",
+    "MAX_REPEAT",
+    "RULE_NAME",
+    "ParsedAnswer",
+    "canonical",
+    "check_schema",
+    "converter_schema",
+    "parse_answer",
+]
 
 MAX_INTEGER_RANGE = 1000
 
@@ -64,10 +71,8 @@ _MAX_REF_CHAIN = 32
 """How many '$ref's (and 'anyOf' alternatives) may lead one to the next before the grammar writes anything."""
 _ANY = {"anyOf": [{"type": kind} for kind in ("object", "array", "string", "number", "boolean", "null")]}
 """Any JSON value, as the converter enforces it: it reads an empty schema as any *object*."""
-_RULE_NAME = re.compile(r"[A-Za-z0-9-]+")
+RULE_NAME = re.compile(r"[A-Za-z0-9-]+")
 """What llama.cpp's grammar parser takes as a rule name; llama.cpp crashes on a grammar it cannot parse."""
-_GBNF_TERMINALS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|\{\d*(?:,\d*)?\}')
-"""A grammar rule's literals, character classes and repetition counts: what is left are rule names."""
 _MAX_NESTING = 64
 """How deep any value in a schema may nest, annotations included (``description``, ``default``): the cache key and
 the job's JSON are written by encoders that stop at a few hundred levels."""
@@ -417,7 +422,7 @@ def _def_renames(schema: dict[str, Any]) -> dict[str, str]:
     taken = {name for key in ("$defs", "definitions") if isinstance(schema.get(key), dict) for name in schema[key]}
     for key in ("$defs", "definitions"):
         for name in schema.get(key) or () if isinstance(schema.get(key), dict) else ():
-            if _RULE_NAME.fullmatch(name):
+            if RULE_NAME.fullmatch(name):
                 continue
             safe = re.sub(r"[^A-Za-z0-9-]+", "-", name).strip("-") or "def"
             candidate, n = safe, 1
@@ -507,7 +512,7 @@ def _enforceable_map(schemas: Any, ranges: bool = True) -> Any:
     return {name: _enforceable(part, ranges) for name, part in schemas.items()}
 
 
-# -- the grammar (worker) and the answer ------------------------------------------------------------------------
+# -- the cache key and the answer ---------------------------------------------------------------------------------
 
 
 def canonical(response_format: ResponseFormat | None) -> Any:
@@ -518,36 +523,10 @@ def canonical(response_format: ResponseFormat | None) -> Any:
             if response_format.schema_ is not None else None]
 
 
-def grammar_for(response_format: ResponseFormat) -> LlamaGrammar:
-    """The llama.cpp grammar for ``response_format`` (worker side: imports llama-cpp-python)."""
-    from llama_cpp.llama_grammar import JSON_GBNF, LlamaGrammar, json_schema_to_gbnf
-
-    if response_format.schema_ is None:
-        return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    schema = response_format.schema_
+def converter_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema as llama-cpp-python's converter is given it (:func:`_prepare`), after :func:`check_schema`."""
     check_schema(schema)
-    try:
-        gbnf = json_schema_to_gbnf(json.dumps(_prepare(schema, _def_renames(schema))))
-    except (ValueError, AssertionError, KeyError, TypeError, AttributeError, RecursionError) as exc:
-        # e.g. a 'pattern' outside its regex subset, or a chain of two thousand references
-        raise InvalidRequest(f"field 'response_format.schema': llama.cpp's converter refused it: {exc!s:.300}; "
-                             "simplify the part it names (a 'pattern' may use only plain regex syntax)",
-                             field="response_format.schema") from None
-    _check_grammar(gbnf)
-    return LlamaGrammar.from_string(gbnf, verbose=False)
-
-
-def _check_grammar(gbnf: str) -> None:
-    """Refuse a grammar llama.cpp could not parse: it crashes the worker on one instead of raising. Every rule
-    name (defined or used) must be letters, digits and '-', and every name used must be defined."""
-    rules = dict(line.partition(" ::= ")[::2] for line in gbnf.splitlines() if line.strip())
-    for name, body in rules.items():
-        for used in (name, *re.findall(r"[^\s()|*+?]+", _GBNF_TERMINALS.sub(" ", body))):
-            if not _RULE_NAME.fullmatch(used) or used not in rules:
-                raise InvalidRequest(f"field 'response_format.schema': llama-cpp-python's converter wrote a grammar "
-                                     f"llama.cpp cannot read (rule name {used!r:.60}); rename the '$defs' or "
-                                     "properties it comes from to letters, digits and '-'",
-                                     field="response_format.schema")
+    return _prepare(schema, _def_renames(schema))
 
 
 class ParsedAnswer:

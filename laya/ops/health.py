@@ -7,7 +7,7 @@ Healthy means all three of:
   group tried a read within :func:`router_silence_s` (a router blocks on its
   read for ``router.block_ms`` at a time, so a live one is never silent much
   longer);
-* for each model it is asked about, a worker beat recently (see :mod:`laya.ops.presence`).
+* for each model it is asked about, a worker beat recently (see :mod:`laya.worker.presence`).
 
 Container healthchecks and ``laya up``'s readiness use it.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError, ResponseError
 
 from laya.keys import Keys
-from laya.ops.presence import read_workers
+from laya.worker.presence import read_workers
 
 if TYPE_CHECKING:
     from redis import Redis

@@ -27,8 +27,9 @@ from typing import Any
 
 import orjson
 
+from laya.contract import CachedAnswer
 from laya.errors import FileAccessError, InvalidRequest
-from laya.ops.stats import percentile
+from laya.router.latency import percentile
 
 __all__ = ["Pair", "PairBench", "read_pairs", "run_pair_bench"]
 
@@ -147,7 +148,7 @@ def run_pair_bench(path: Path | None, *, threshold: float = 0.7) -> PairBench:
                              field="pairs")
     pairs = read_pairs(path)
     embedder = load_embedder()
-    answer = {"text": "stored", "model": "bench", "finish_reason": "stop"}
+    answer = CachedAnswer(text="stored", model="bench", finish_reason="stop")
     kinds: dict[str, Counter[str]] = {}
     rejections: Counter[str] = Counter()
     hits = wrong = only_hits = only_wrong = loose_hits = loose_wrong = other_hits = other_wrong = 0

@@ -291,7 +291,7 @@ class Stack:
         commands = {"router": [sys.executable, "-m", "laya", "router"]}
         for role, model in self.workers.items():
             commands[role] = [sys.executable, "-m", "laya", "worker", *(["--model", model] if several else [])]
-        # One metrics port per process (laya.ops.metrics): the router on port + offset, each worker on the next ones.
+        # One metrics port per process (laya.metrics): the router on port + offset, each worker on the next ones.
         base = self.settings.metrics.offset
         role_env = {role: {"LAYA_METRICS__OFFSET": str(base + 1 + i)} for i, role in enumerate(self.workers)}
         self.supervisor = Supervisor(commands, env=env, policy=self.policy, on_death=self._on_death,

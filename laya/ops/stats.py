@@ -1,56 +1,28 @@
-"""What operators read: the router's decision-latency window, and ``laya stats``.
+"""``laya stats``: what operators read.
 
 The router publishes its counters and percentiles to ``laya:stats:router`` once a
 second (several routers add to the same counters; the percentiles are those of
-the router that published last); workers beat their status into
-``laya:stats:worker`` (see laya.ops.presence). :func:`snapshot` reads both, and the
+the router that published last; see laya.router.latency); workers beat their status into
+``laya:stats:worker`` (see laya.worker.presence). :func:`snapshot` reads both, and the
 queues, into the ``--json`` object; :func:`render` makes the tables.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from laya.keys import Keys
-from laya.ops.presence import read_workers
 from laya.schema import LANES
+from laya.worker.presence import read_workers
 
 if TYPE_CHECKING:
     from redis import Redis
 
     from laya.config import Settings
 
-__all__ = ["STATS_SCHEMA", "LatencyWindow", "percentile", "render", "snapshot"]
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted list (``q`` in 0..100)."""
-    if not sorted_values:
-        return 0.0
-    index = min(len(sorted_values) - 1, max(0, round(q / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[index]
-
-
-class LatencyWindow:
-    """The last ``size`` routing decisions, in nanoseconds."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self._values: deque[int] = deque(maxlen=size)
-
-    def add(self, ns: int) -> None:
-        self._values.append(ns)
-
-    def summary(self, name: str) -> dict[str, float]:
-        """``{name}_us_p50``, ``{name}_us_p99`` and ``{name}_window`` (how many values they cover)."""
-        values = sorted(self._values)
-        return {
-            f"{name}_us_p50": round(percentile(values, 50) / 1000, 2),
-            f"{name}_us_p99": round(percentile(values, 99) / 1000, 2),
-            f"{name}_window": len(values),
-        }
+__all__ = ["STATS_SCHEMA", "render", "snapshot"]
 
 
 # -- `laya stats` ---------------------------------------------------------------------------------------------

@@ -17,14 +17,13 @@ from typing import Any
 
 import orjson
 
+from laya.contract import CachedAnswer
 from laya.router.text import normalise
 from laya.schema import Request
 from laya.structured import canonical
 
-__all__ = ["CachedAnswer", "LocalCache", "cache_key", "cacheable", "generation_params"]
+__all__ = ["LocalCache", "cache_key", "generation_params"]
 
-CachedAnswer = dict[str, Any]
-"""``{"text", "model", "finish_reason", "usage"}`` (and ``json`` for structured output) as stored in Redis."""
 
 def cache_key(request: Request, model: str, max_tokens: int, normalised: str | None = None) -> str:
     """Hex digest identifying the answer to ``request`` on ``model``.
@@ -48,18 +47,6 @@ def generation_params(request: Request, model: str, max_tokens: int) -> list[Any
     parameters, the stop strings and the response format (schema included)."""
     return [model, max_tokens, request.temperature, request.top_p, request.top_k, request.repeat_penalty,
             request.seed, request.stop, canonical(request.response_format)]
-
-
-def cacheable(finish_reason: str | None, completion_tokens: int, max_tokens: int) -> bool:
-    """Whether a model answer may be cached.
-
-    ``stop`` (the model ended) always may. ``length`` may only when the answer
-    used the whole requested budget: the same request would get the same text.
-    Answers cut by a deadline or the context window never are.
-    """
-    if finish_reason == "stop":
-        return True
-    return finish_reason == "length" and completion_tokens >= max_tokens
 
 
 class LocalCache:

@@ -48,14 +48,15 @@ from rq import Queue, Retry
 from laya.codec import Limits, error_fields, salvage_identity
 from laya.config import Settings
 from laya.connection import ReplicaAcks
+from laya.contract import JOB_FUNCTION, JobPayload, ring
 from laya.errors import LayaError
 from laya.keys import Keys
-from laya.ops.metrics import RouterMetrics, new_registry, serve
-from laya.ops.stats import LatencyWindow
+from laya.metrics import RouterMetrics, new_registry, serve
 from laya.results import ResultStore
 from laya.router.cache import LocalCache
 from laya.router.embedder import semantic_embedder
 from laya.router.intents import IntentIndex, IntentStage
+from laya.router.latency import LatencyWindow
 from laya.router.reaper import Reaper
 from laya.router.rules import RuleSet, load_rules, why_no_rules
 from laya.router.semcache import SemanticCache, SemanticCacheStage
@@ -71,8 +72,6 @@ from laya.router.stages import (
 from laya.schema import LANES
 from laya.streaming import add_end
 from laya.wire import Wire
-from laya.worker.jobs import JOB_FUNCTION
-from laya.worker.lanes import ring
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -351,20 +350,14 @@ class Router:
 
     def _job_data(self, flight: Flight, now: float) -> Any:
         assert flight.request is not None
-        payload = {
-            "request": flight.request.model_dump(mode="json", exclude_none=True),
-            "model": flight.model,
-            "lane": flight.lane,
-            "expires_at": flight.expires_at,
-            "max_tokens": flight.max_tokens,
-            "cache_key": flight.cache_key,
-            "semantic_scope": flight.semantic_scope,
-            "routed_at": now,
-            "route_us": flight.route_ns / 1000,
-        }
+        payload = JobPayload(
+            request=flight.request, model=flight.model, lane=flight.lane, max_tokens=flight.max_tokens,
+            routed_at=now, route_us=flight.route_ns / 1000, expires_at=flight.expires_at,
+            cache_key=flight.cache_key, semantic_scope=flight.semantic_scope,
+        )
         runtime = self.settings.runtime
         return Queue.prepare_data(
-            JOB_FUNCTION, args=[payload], job_id=flight.request_id,
+            JOB_FUNCTION, args=[payload.encode()], job_id=flight.request_id,
             retry=Retry(max=runtime.job_retries) if runtime.job_retries else None,
             timeout=runtime.job_timeout_s, result_ttl=self.settings.router.result_ttl_s,
             failure_ttl=self.settings.router.result_ttl_s,

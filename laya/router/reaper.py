@@ -28,9 +28,9 @@ from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
 from laya.connection import release_lock
+from laya.contract import is_laya_job, job_error_result, job_reply_to
 from laya.errors import InferenceError
 from laya.results import ResultStore
-from laya.worker.jobs import is_laya_job, job_error_result, job_reply_to
 
 if TYPE_CHECKING:
     from rq import Queue

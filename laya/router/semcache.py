@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from laya.contract import CachedAnswer, SemanticLogEntry
 from laya.router.cache import generation_params
 from laya.router.embedder import TextEmbedder
 from laya.router.verifier import Words, analyse, verify
@@ -44,12 +45,11 @@ from laya.schema import Request
 
 if TYPE_CHECKING:
     from redis import Redis
-    from redis.client import Pipeline
 
     from laya.keys import Keys
     from laya.router.stages import Flight
 
-__all__ = ["Hit", "SemanticCache", "SemanticCacheStage", "record", "scope_of", "wants_semantic"]
+__all__ = ["Hit", "SemanticCache", "SemanticCacheStage", "scope_of", "wants_semantic"]
 
 log = logging.getLogger("laya.router.semcache")
 
@@ -67,17 +67,9 @@ def scope_of(request: Request, model: str, max_tokens: int) -> str:
     return blake2b(orjson.dumps(generation_params(request, model, max_tokens)), digest_size=12).hexdigest()
 
 
-def record(redis: Redis | Pipeline, keys: Keys, *, scope: str, prompt: str, answer: dict[str, Any],
-           ttl_s: int, max_len: int) -> None:
-    """Append a model answer to the semantic log (called by the worker, next to the exact cache fill)."""
-    redis.xadd(keys.semantic_log, {"e": orjson.dumps({"scope": scope, "prompt": prompt, "answer": answer,
-                                                      "expires_at": time.time() + ttl_s})},
-               maxlen=max_len, approximate=True)
-
-
 @dataclass(frozen=True, slots=True)
 class Hit:
-    answer: dict[str, Any]
+    answer: CachedAnswer
     similarity: float
 
 
@@ -88,7 +80,7 @@ class _Bucket:
     dim: int
     vectors: npt.NDArray[np.float32] = field(init=False)
     words: list[Words] = field(default_factory=list)
-    answers: list[dict[str, Any]] = field(default_factory=list)
+    answers: list[CachedAnswer] = field(default_factory=list)
     expiries: list[float] = field(default_factory=list)
     start: int = 0
 
@@ -98,7 +90,7 @@ class _Bucket:
     def __len__(self) -> int:
         return len(self.words) - self.start
 
-    def add(self, vector: npt.NDArray[np.float32], words: Words, answer: dict[str, Any], expires_at: float) -> None:
+    def add(self, vector: npt.NDArray[np.float32], words: Words, answer: CachedAnswer, expires_at: float) -> None:
         end = len(self.words)
         if end == self.vectors.shape[0]:
             self._compact(grow=True)
@@ -142,7 +134,7 @@ class SemanticCache:
     def __len__(self) -> int:
         return len(self._order)
 
-    def add(self, scope: str, prompt: str, answer: dict[str, Any], expires_at: float) -> None:
+    def add(self, scope: str, prompt: str, answer: CachedAnswer, expires_at: float) -> None:
         if self.capacity <= 0 or expires_at <= time.time():
             return
         bucket = self._buckets.get(scope)
@@ -186,11 +178,11 @@ class SemanticCache:
             for entry_id, fields in entries:
                 self.last_id = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
                 try:
-                    data = orjson.loads(fields[b"e"])
-                    self.add(data["scope"], data["prompt"], data["answer"], float(data["expires_at"]))
-                except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
+                    entry = SemanticLogEntry.decode(fields)
+                except (KeyError, ValueError):  # pydantic's ValidationError is a ValueError
                     log.warning("semantic log entry %s is malformed; skipped", self.last_id)
                     continue
+                self.add(entry.scope, entry.prompt, entry.answer, entry.expires_at)
                 added += 1
             if len(entries) < count:
                 return added
@@ -228,8 +220,4 @@ class SemanticCacheStage:
             if hit is None:
                 flight.semantic_scope = scope
                 continue
-            answer = hit.answer
-            extra = {"json": answer["json"]} if "json" in answer else {}
-            flight.answer(route="cache:semantic", ok=True, text=answer["text"], model=answer.get("model"),
-                          finish_reason=answer.get("finish_reason"), usage=answer.get("usage", {}),
-                          similarity=hit.similarity, **extra)
+            flight.answer(route="cache:semantic", ok=True, similarity=hit.similarity, **hit.answer.as_dict())

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from laya.codec import Limits, decode_request, error_fields, salvage_identity
+from laya.contract import CachedAnswer
 from laya.errors import Expired, RequestError
 from laya.keys import Keys
 from laya.router.cache import LocalCache, cache_key
@@ -163,15 +164,13 @@ class CacheStage:
         for (flight, key), value in zip(misses, values):
             if value is None:
                 continue
-            answer = orjson.loads(value)
+            answer = CachedAnswer.decode(value)
             self.local.put(key, answer)
             self._answer(flight, answer)
 
     @staticmethod
-    def _answer(flight: Flight, answer: dict[str, Any]) -> None:
-        extra = {"json": answer["json"]} if "json" in answer else {}
-        flight.answer(route="cache", ok=True, text=answer["text"], model=answer.get("model"),
-                      finish_reason=answer.get("finish_reason"), usage=answer.get("usage", {}), **extra)
+    def _answer(flight: Flight, answer: CachedAnswer) -> None:
+        flight.answer(route="cache", ok=True, **answer.as_dict())
 
 
 class RulesStage:

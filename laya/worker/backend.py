@@ -167,7 +167,7 @@ class LlamaBackend:
         stops = [*request.stop, *extra_stop]
         grammar = None
         if request.response_format is not None:
-            from laya.structured import grammar_for
+            from laya.worker.grammar import grammar_for
 
             grammar = grammar_for(request.response_format)
         if request.seed is not None:

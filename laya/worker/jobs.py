@@ -1,9 +1,8 @@
 """The one job function Laya's workers run, and the runtime it runs in.
 
-RQ imports whatever ``func_name`` a job record names, and any success or
-failure callback it carries. Workers and the reaper check every job with
-:func:`is_laya_job` first, so a job naming ``os.system`` (as its function or
-as a callback) written into a Laya queue runs nothing.
+Its name is :data:`laya.contract.JOB_FUNCTION`, and its one argument a
+:class:`laya.contract.JobPayload`. Workers run nothing else
+(:func:`laya.contract.is_laya_job`).
 
 A job may be delivered more than once (a producer resubmitting an id, a job
 requeued after its worker was declared lost). :func:`generate` therefore
@@ -12,9 +11,9 @@ the worker's heartbeat keeps alive, so one request never runs on two workers
 at once. A lock its holder no longer renews (an attempt a failover cut short)
 is waited out and taken: a retried job must not be dropped as a duplicate.
 
-A job also carries what the router worked out for it: the model, the effective
-``max_tokens``, the cache key, and ``expires_at`` when the request has a
-``deadline_s``. A job that starts after its expiry is answered
+The payload carries what the router worked out for a request: the model, the
+effective ``max_tokens``, the cache key, and ``expires_at`` when the request has
+a ``deadline_s``. A job that starts after its expiry is answered
 ``error:expired`` without running; one that is generating when it passes is cut
 there and answered with the text so far (``finish_reason: "deadline"``).
 """
@@ -27,14 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import orjson
-from pydantic import ValidationError
-
 from laya.codec import encode_result, error_result
 from laya.connection import release_lock
+from laya.contract import JOB_FUNCTION, CachedAnswer, JobPayload, SemanticLogEntry, cacheable
 from laya.errors import Expired, LayaError
-from laya.router.cache import cacheable
-from laya.router.semcache import record
 from laya.schema import ErrorInfo, Request, Result, Timings, Usage
 from laya.streaming import StreamWriter, add_end
 from laya.structured import parse_answer
@@ -42,18 +37,13 @@ from laya.worker.backend import Controls
 
 if TYPE_CHECKING:
     from redis import Redis
-    from rq.job import Job
 
     from laya.keys import Keys
-    from laya.ops.metrics import WorkerMetrics
+    from laya.metrics import WorkerMetrics
     from laya.results import ResultStore
     from laya.worker.backend import LLMBackend
 
-__all__ = ["ALLOWED_FUNCTIONS", "JOB_FUNCTION", "WorkerRuntime", "generate", "install_runtime", "is_laya_job",
-           "job_error_result", "job_reply_to"]
-
-JOB_FUNCTION = "laya.worker.jobs.generate"
-ALLOWED_FUNCTIONS = frozenset({JOB_FUNCTION})
+__all__ = ["WorkerRuntime", "generate", "install_runtime"]
 
 log = logging.getLogger("laya.worker")
 
@@ -88,45 +78,14 @@ def install_runtime(runtime: WorkerRuntime | None) -> None:
     _runtime = runtime
 
 
-def is_laya_job(job: Job) -> bool:
-    """A job Laya enqueued: its function is Laya's, and it names no callbacks or dependencies."""
-    try:
-        func_name = job.func_name
-    except Exception:  # noqa: BLE001 - undecodable data (e.g. pickled by a foreign producer)
-        return False
-    return (func_name in ALLOWED_FUNCTIONS and not job._success_callback_name
-            and not job._failure_callback_name and not job._stopped_callback_name
-            and not job._dependency_ids)
-
-
-def job_error_result(job: Job, error: LayaError) -> Result:
-    """The error result of a failed Laya job, from whatever part of its payload is well formed."""
-    payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
-    request = payload.get("request")
-    metadata = request.get("metadata") if isinstance(request, dict) else None
-    model = payload.get("model") if isinstance(payload.get("model"), str) else None
-    try:
-        return error_result(job.id, error, model=model, metadata=metadata if isinstance(metadata, dict) else {},
-                            finished_at=time.time())
-    except ValidationError:  # metadata values of kinds a request may not carry
-        return error_result(job.id, error, model=model, finished_at=time.time())
-
-
-def job_reply_to(job: Job) -> str | None:
-    """The shared reply channel a failed Laya job's producer waits on, if any."""
-    payload = job.args[0] if job.args and isinstance(job.args[0], dict) else {}
-    request = payload.get("request")
-    reply_to = request.get("reply_to") if isinstance(request, dict) else None
-    return reply_to if isinstance(reply_to, str) else None
-
-
-def generate(payload: dict[str, Any]) -> dict[str, Any]:
+def generate(raw: dict[str, Any]) -> dict[str, Any]:
     """Run one routed request on the loaded model and write its result."""
     if _runtime is None:
-        raise RuntimeError("laya.worker.jobs.generate runs only inside `laya worker`")
+        raise RuntimeError(f"{JOB_FUNCTION} runs only inside `laya worker`")
     rt = _runtime
     started = time.time()
-    request = Request.model_validate(payload["request"])
+    payload = JobPayload.decode(raw)
+    request = payload.request
     if _answered(rt, request.id):
         return {"route": "duplicate"}
     lock = rt.keys.lock(request.id)
@@ -179,14 +138,14 @@ def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
 _LOCK_POLL_S = 0.1
 
 
-def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], started: float) -> dict[str, Any]:
-    model = payload["model"]
-    max_tokens = int(payload["max_tokens"])
-    queue_wait_s = max(0.0, started - float(payload["routed_at"]))
-    timings = Timings(route_us=payload.get("route_us"), queue_wait_ms=queue_wait_s * 1000)
-    expires_at = payload.get("expires_at")
-    if expires_at is not None and started >= float(expires_at):
-        error = Expired(f"deadline_s {request.deadline_s:g} passed {started - float(expires_at):.1f} s before a "
+def _generate(rt: WorkerRuntime, request: Request, payload: JobPayload, started: float) -> dict[str, Any]:
+    model = payload.model
+    max_tokens = payload.max_tokens
+    queue_wait_s = max(0.0, started - payload.routed_at)
+    timings = Timings(route_us=payload.route_us, queue_wait_ms=queue_wait_s * 1000)
+    expires_at = payload.expires_at
+    if expires_at is not None and started >= expires_at:
+        error = Expired(f"deadline_s {request.deadline_s:g} passed {started - expires_at:.1f} s before a "
                         "worker could start the request; nothing ran. Raise deadline_s, or send it with "
                         "priority \"high\"")
         _finish(rt, request, error_result(request.id, error, timings=timings, model=model, metadata=request.metadata))
@@ -203,7 +162,7 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
     clock = time.monotonic()
     controls = Controls(
         deadline=clock + rt.job_timeout_s,
-        cut_at=clock + (float(expires_at) - time.time()) if expires_at is not None else None,
+        cut_at=clock + (expires_at - time.time()) if expires_at is not None else None,
         on_token=lambda _count: rt.heartbeat(),
         on_text=stream.add if stream is not None else None,
     )
@@ -237,17 +196,9 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
             result.error = ErrorInfo(code="incomplete_json", field="max_tokens", message=(
                 f"generation stopped ({gen.finish_reason}) after {gen.completion_tokens} tokens, before the JSON "
                 "closed; `text` holds the part generated. Raise max_tokens (or deadline_s)"))
-    cache_key = payload.get("cache_key")
-    if cache_key and complete and cacheable(gen.finish_reason, gen.completion_tokens, max_tokens):
-        answer = {"text": gen.text, "model": model, "finish_reason": gen.finish_reason,
-                  "usage": result.usage.model_dump()}
-        if result.json_value is not None:
-            answer["json"] = result.json_value
-        rt.redis.set(rt.keys.cache(cache_key), orjson.dumps(answer), ex=rt.cache_ttl_s)
-        scope = payload.get("semantic_scope")
-        if scope and request.prompt is not None:
-            record(rt.redis, rt.keys, scope=scope, prompt=request.prompt, answer=answer, ttl_s=rt.cache_ttl_s,
-                   max_len=rt.semantic_log_max)
+    if payload.cache_key and complete and cacheable(gen.finish_reason, gen.completion_tokens, max_tokens):
+        _store_answer(rt, payload, CachedAnswer(text=gen.text, model=model, finish_reason=gen.finish_reason,
+                                                usage=result.usage.model_dump(), json=result.json_value))
     _finish(rt, request, result, stream)
     if rt.metrics is not None:
         outcome = "ok" if result.ok or result.error is None else result.error.code
@@ -255,6 +206,17 @@ def _generate(rt: WorkerRuntime, request: Request, payload: dict[str, Any], star
                             rate=gen.decode_tokens_per_s, prompt_tokens=gen.prompt_tokens,
                             cached_tokens=gen.cached_tokens, completion_tokens=gen.completion_tokens)
     return {"route": result.route, "completion_tokens": gen.completion_tokens}
+
+
+def _store_answer(rt: WorkerRuntime, payload: JobPayload, answer: CachedAnswer) -> None:
+    """Fill the exact cache, and the semantic log when the router's semantic lookup missed."""
+    assert payload.cache_key is not None
+    rt.redis.set(rt.keys.cache(payload.cache_key), answer.encode(), ex=rt.cache_ttl_s)
+    prompt = payload.request.prompt
+    if payload.semantic_scope and prompt is not None:
+        entry = SemanticLogEntry(scope=payload.semantic_scope, prompt=prompt, answer=answer,
+                                 expires_at=time.time() + rt.cache_ttl_s)
+        rt.redis.xadd(rt.keys.semantic_log, entry.fields(), maxlen=rt.semantic_log_max, approximate=True)  # type: ignore[arg-type]
 
 
 def _finish(rt: WorkerRuntime, request: Request, result: Result, stream: StreamWriter | None = None) -> None:

@@ -10,8 +10,8 @@ no list at all: lost, its producer never answered.
 So :class:`LaneQueue` takes jobs the one-queue way from several: one script
 moves the first id of the highest non-empty lane into that lane's intermediate
 list (``LMOVE``, atomically, in lane order). When every lane is empty the worker
-blocks on the model's *bell*, a short list the router pushes to in the same
-write that enqueues jobs, and looks again when it rings, or after
+blocks on the model's *bell* (:func:`laya.contract.ring`), a short list the router
+pushes to in the same write that enqueues jobs, and looks again when it rings, or after
 :data:`IDLE_RESCAN_S` at the latest (a job requeued by the reaper or retried by
 RQ does not ring it).
 """
@@ -30,14 +30,11 @@ from rq.utils import as_text
 
 if TYPE_CHECKING:
     from redis import Redis
-    from redis.client import Pipeline
     from rq.job import Job
 
-__all__ = ["IDLE_RESCAN_S", "LaneQueue", "ring"]
+__all__ = ["IDLE_RESCAN_S", "LaneQueue"]
 
 IDLE_RESCAN_S = 1.0
-MAX_RINGS = 16
-"""Bell entries kept: enough to wake every worker of a model, bounded when none is running."""
 
 _TAKE = """
 local n = #KEYS / 2
@@ -48,12 +45,6 @@ end
 return false
 """
 _TAKE_SHA = sha1(_TAKE.encode()).hexdigest()
-
-
-def ring(pipe: Pipeline, bell: str, jobs: int) -> None:
-    """Wake up to ``jobs`` idle workers of a model (queued on the router's commit pipeline)."""
-    pipe.rpush(bell, *["1"] * min(jobs, MAX_RINGS))
-    pipe.ltrim(bell, -MAX_RINGS, -1)
 
 
 class LaneQueue(Queue):

@@ -9,7 +9,7 @@ and its SIGALRM timeout cannot interrupt native code. So this worker:
   :func:`laya.worker.jobs.install_runtime`;
 * heartbeats from the token loop (throttled to ``runtime.heartbeat_interval_s``)
   and checks the job deadline there, instead of RQ's alarm;
-* runs nothing but :data:`laya.worker.jobs.ALLOWED_FUNCTIONS`.
+* runs nothing but :data:`laya.contract.ALLOWED_FUNCTIONS`.
 """
 
 from __future__ import annotations
@@ -33,24 +33,18 @@ from rq.timeouts import BaseDeathPenalty
 from rq.utils import now
 
 from laya.connection import ReplicaAcks, renew_lock
+from laya.contract import ALLOWED_FUNCTIONS, is_laya_job, job_error_result, job_reply_to
 from laya.errors import DoesNotFit, InferenceError, ModelLoadError, UnplannableModel
 from laya.keys import Keys
-from laya.memory.machine import Machine, MiB, detect_machine
+from laya.memory.machine import Machine, MiB, detect_machine, resident_bytes
 from laya.memory.modelfile import read_model_info
 from laya.memory.planner import Plan, extra_buffers, make_plan, plan_input
-from laya.ops.metrics import WorkerMetrics, new_registry, serve
-from laya.ops.presence import Presence
+from laya.metrics import WorkerMetrics, new_registry, serve
 from laya.results import ResultStore
 from laya.schema import LANES
-from laya.worker.jobs import (
-    ALLOWED_FUNCTIONS,
-    WorkerRuntime,
-    install_runtime,
-    is_laya_job,
-    job_error_result,
-    job_reply_to,
-)
+from laya.worker.jobs import WorkerRuntime, install_runtime
 from laya.worker.lanes import LaneQueue
+from laya.worker.presence import Presence
 
 if TYPE_CHECKING:
     from redis import Redis
@@ -282,18 +276,6 @@ def plan_and_load(settings: Settings, *, force: bool = False,
              settings.model.name, settings.model.path, time.monotonic() - started, backend.n_ctx,
              plan.extra_buffers.describe(), resident_bytes() / MiB, plan.ram_predicted / MiB)
     return backend, plan
-
-
-def resident_bytes() -> int:
-    """This process's resident set size (Linux), 0 where unknown."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _stopping(worker: LayaWorker | None) -> bool:

@@ -30,9 +30,9 @@ from laya.cli import build_parser
 from laya.client import Client
 from laya.codec import FIELD, Limits, decode_request
 from laya.config import load_settings
+from laya.contract import JOB_FUNCTION
 from laya.errors import ConfigError, InvalidRequest
 from laya.router.rules import EXAMPLE_ROUTES, load_rules
-from laya.worker.jobs import JOB_FUNCTION
 from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 from ..conftest import Server, free_port

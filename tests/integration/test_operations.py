@@ -26,8 +26,8 @@ from redis import Redis
 from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
+from laya.metrics import sample_names
 from laya.ops.health import check_health
-from laya.ops.metrics import sample_names
 from laya.router.ingress import Router
 
 from ..conftest import Server, free_port
@@ -135,7 +135,7 @@ def test_counters_move_exactly_as_the_requests_sent_say(redis: Redis, stack: Any
     eventually(worker_moved)
     exported = {name for port in ports.values() for name, _ in scrape(port)
                 if name.startswith(("laya_", "process_")) and not name.endswith("_created")}
-    assert exported - sample_names() == set(), "metrics exported but not listed in laya.ops.metrics.METRIC_NAMES"
+    assert exported - sample_names() == set(), "metrics exported but not listed in laya.metrics.METRIC_NAMES"
 
 
 def value_is(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], expected: float, name: str,

@@ -625,7 +625,8 @@ def test_a_schema_at_each_limit_is_accepted(schema: dict[str, Any]) -> None:
     # The limits are the largest values llama.cpp takes, not one less; the subschemas of anyOf, oneOf, allOf and
     # prefixItems are read, not refused.
     from laya.schema import ResponseFormat
-    from laya.structured import check_schema, grammar_for
+    from laya.structured import check_schema
+    from laya.worker.grammar import grammar_for
 
     check_schema(schema)
     assert grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema})) is not None
@@ -680,7 +681,7 @@ def test_a_schema_the_converter_cannot_handle_is_a_request_error_in_the_worker()
     # invalid_request, not fail the job with a traceback.
     from laya.errors import InvalidRequest
     from laya.schema import ResponseFormat
-    from laya.structured import grammar_for
+    from laya.worker.grammar import grammar_for
 
     # So does a bracket that never closes (the router's check for a stray one reads to the end of the pattern).
     for schema in ({"type": "string", "pattern": "^(?=x)a$"}, {"type": "string", "pattern": "^[ab$"}):
@@ -694,7 +695,7 @@ def test_a_grammar_llama_cpp_cannot_read_is_refused_before_it_reaches_llama_cpp(
     # whose last part is no rule name (here a property's name).
     from laya.errors import InvalidRequest
     from laya.schema import ResponseFormat
-    from laya.structured import grammar_for
+    from laya.worker.grammar import grammar_for
 
     schema = {"type": "object", "properties": {"my_node": {"type": "object", "properties": {
         "next": {"$ref": "#/properties/my_node"}}}}}
@@ -706,10 +707,10 @@ def test_a_grammar_llama_cpp_cannot_read_is_refused_before_it_reaches_llama_cpp(
 def test_the_grammar_check_refuses_a_rule_name_no_rule_defines() -> None:
     # llama.cpp crashes on a grammar that uses a rule it does not define, however well the rule is named.
     from laya.errors import InvalidRequest
-    from laya.structured import _check_grammar
+    from laya.worker.grammar import check_grammar
 
     with pytest.raises(InvalidRequest, match="rule name 'item'"):
-        _check_grammar('root ::= "[" item "]"\n')
+        check_grammar('root ::= "[" item "]"\n')
 
 
 def test_a_value_of_any_type_is_any_json_value_not_only_an_object() -> None:
@@ -736,7 +737,7 @@ def test_a_schema_that_allows_any_value_or_any_object_gets_a_grammar(schema: dic
     # The converter knew none of these (it reads a schema of annotations as one it does not know), and the router
     # let them through: the worker answered invalid_request for a schema that asks for nothing it cannot enforce.
     from laya.schema import ResponseFormat
-    from laya.structured import grammar_for
+    from laya.worker.grammar import grammar_for
 
     grammar_for(ResponseFormat.model_validate({"type": "json_schema", "schema": schema}))
 

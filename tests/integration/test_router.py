@@ -18,11 +18,11 @@ from laya.client import Client
 from laya.codec import FIELD
 from laya.config import Settings
 from laya.connection import open_redis
+from laya.contract import JOB_FUNCTION
 from laya.errors import InvalidRequest
-from laya.ops.metrics import RouterMetrics
+from laya.metrics import RouterMetrics
 from laya.router.ingress import Router
 from laya.router.stages import DecodeStage, Flight
-from laya.worker.jobs import JOB_FUNCTION
 
 from ..conftest import Server
 

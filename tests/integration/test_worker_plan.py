@@ -61,8 +61,8 @@ def test_worker_publishes_its_plan_and_memory(settings: Settings, redis: Redis) 
     from prometheus_client import CollectorRegistry
 
     from laya.keys import Keys
-    from laya.ops.metrics import WorkerMetrics
-    from laya.ops.presence import Presence
+    from laya.metrics import WorkerMetrics
+    from laya.worker.presence import Presence
 
     backend, plan = plan_and_load(settings)
     presence = Presence(redis, Keys(), settings, name="w1", metrics=WorkerMetrics(CollectorRegistry(), "default"),

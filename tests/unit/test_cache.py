@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import time
 
-from laya.router.cache import LocalCache, cache_key, cacheable
+from laya.contract import CachedAnswer, cacheable
+from laya.router.cache import LocalCache, cache_key
 from laya.router.text import normalise
 from laya.schema import Request
 
@@ -44,12 +45,12 @@ def test_only_complete_answers_are_cacheable() -> None:
 
 def test_lru_evicts_oldest_and_expires() -> None:
     cache = LocalCache(2, ttl_s=60)
-    cache.put("a", {"text": "1"})
-    cache.put("b", {"text": "2"})
-    assert cache.get("a") == {"text": "1"}  # a is now the most recent
-    cache.put("c", {"text": "3"})
+    cache.put("a", CachedAnswer(text="1"))
+    cache.put("b", CachedAnswer(text="2"))
+    assert cache.get("a") == CachedAnswer(text="1")  # a is now the most recent
+    cache.put("c", CachedAnswer(text="3"))
     assert cache.get("b") is None and len(cache) == 2
     short = LocalCache(2, ttl_s=0.01)
-    short.put("a", {"text": "1"})
+    short.put("a", CachedAnswer(text="1"))
     time.sleep(0.02)
     assert short.get("a") is None

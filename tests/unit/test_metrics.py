@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from laya.ops.metrics import (
+from laya.metrics import (
     METRIC_NAMES,
     Buckets,
     RouterMetrics,

@@ -24,17 +24,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.exceptions import RedisError
 
+from laya.memory.machine import resident_bytes
+
 if TYPE_CHECKING:
     from redis import Redis
 
     from laya.config import Settings
     from laya.keys import Keys
     from laya.memory.planner import Plan
-    from laya.ops.metrics import WorkerMetrics
+    from laya.metrics import WorkerMetrics
 
 __all__ = ["Presence", "WorkerStatus", "gone_after", "read_workers"]
 
-log = logging.getLogger("laya.ops.presence")
+log = logging.getLogger("laya.worker.presence")
 
 
 def gone_after(settings: Settings) -> float:
@@ -102,8 +104,6 @@ class Presence:
 
     def __init__(self, redis: Redis, keys: Keys, settings: Settings, *, name: str, metrics: WorkerMetrics,
                  plan: Plan | None, n_ctx: int) -> None:
-        from laya.worker.rqworker import resident_bytes
-
         self.redis = redis
         self.keys = keys
         self.name = name

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["METRIC_NAMES", "Buckets", "RouterMetrics", "WorkerMetrics", "new_registry", "route_labels", "serve"]
 
-log = logging.getLogger("laya.ops.metrics")
+log = logging.getLogger("laya.metrics")
 
 # Bucket bounds. The router's are in nanoseconds (what it measures), exported in seconds.
 DECISION_BUCKETS_NS = (1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 250_000, 1_000_000, 10_000_000)
@@ -247,7 +247,7 @@ class RouterMetrics(Collector):
 
 
 class WorkerMetrics:
-    """What one worker exports, and the state its presence in Redis reports (see laya.ops.presence)."""
+    """What one worker exports, and the state its presence in Redis reports (see laya.worker.presence)."""
 
     def __init__(self, registry: CollectorRegistry, model: str) -> None:
         self.model = model
