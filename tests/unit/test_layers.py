@@ -31,7 +31,7 @@ def test_lint_imports_keeps_every_layer_contract() -> None:
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
     if lint is None:
         pytest.fail("lint-imports is missing: install the test extra (pip install -e '.[test]')")
-    run = subprocess.run([lint], capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run([lint], capture_output=True, text=True, cwd=ROOT, check=False)
     assert run.returncode == 0, run.stdout[-3000:]
     assert "0 broken" in run.stdout
 
