@@ -406,12 +406,12 @@ def make_plan(model: ModelInfo, machine: Machine, inp: PlanInput) -> Plan:
 
 
 def recommend_quant(machine: Machine) -> str:
-    """The seed's rule of thumb for a 7-8B model, by the largest GPU's memory."""
+    """The quantisation of a 7-8B model that fits the largest GPU's memory, by the field report's rule of thumb."""
     vram = max((g.total for g in machine.gpus), default=0)
     if vram >= 16 * GiB:
         return "Q8_0 of a 7-8B model (about 8 GB of weights): near-lossless with room for context"
     if vram >= 8 * GiB - 512 * MiB:
-        return "Q4_K_M of a 7-8B model (about 4.4-4.9 GB): the seed's 30-55 tokens/s configuration"
+        return "Q4_K_M of a 7-8B model (about 4.4-4.9 GB): 30-55 tokens/s on an 8 GB card"
     if vram >= 6 * GiB - 512 * MiB:
         return "Q4_0 of a 7B model (about 4.1 GB) with a short context, or a 3B model in Q4_K_M"
     if vram > 0:

@@ -16,11 +16,11 @@ accepted it (its stream entry id is the server's clock at XADD): admission
 answers one already expired ``error:expired``, and the job carries the expiry
 to the worker.
 
-Rules come before the cache (the architecture sketch had them after): the
-cache holds model answers only, so a request a rule answers never needs it,
-and checking rules first saves the batch's Redis cache read whenever rules
-answer everything in it. It also means a reloaded rule takes effect at once
-instead of being shadowed by a cached model answer.
+Rules come before the cache: the cache holds model answers only, so a
+request a rule answers never needs it, and checking rules first saves the
+batch's Redis cache read whenever rules answer everything in it. A reloaded
+rule also takes effect at once instead of being shadowed by a cached model
+answer.
 
 Stages only decide. Everything a batch writes — result records, RQ jobs, the
 XACK/XDEL of its entries, counters — is committed in one MULTI/EXEC pipeline,
