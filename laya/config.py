@@ -48,6 +48,8 @@ _STRICT = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class RedisConfig(BaseModel):
+    """Where Redis is, and how writes are confirmed."""
+
     model_config = _STRICT
 
     url: str | None = Field(
@@ -88,6 +90,8 @@ class RedisConfig(BaseModel):
 
 
 class ModelConfig(BaseModel):
+    """The model a worker serves: its file, and how llama.cpp loads it."""
+
     model_config = _STRICT
 
     name: str = Field(
@@ -113,6 +117,8 @@ class ModelConfig(BaseModel):
 
 
 class RuntimeConfig(BaseModel):
+    """How jobs run: context, budgets, timeouts, heartbeats, retries and token streams."""
+
     model_config = _STRICT
 
     max_seq_len: int = Field(
@@ -172,6 +178,8 @@ class RuntimeConfig(BaseModel):
 
 
 class MemoryConfig(BaseModel):
+    """How the memory planner sizes a model against the machine before anything loads."""
+
     model_config = _STRICT
 
     kv_cache_policy: Literal["f16", "q8_0", "q4_0"] = Field(
@@ -199,6 +207,8 @@ class MemoryConfig(BaseModel):
 
 
 class RouterConfig(BaseModel):
+    """The ingress router: rules, batching, admission, caches, limits and the semantic stages."""
+
     model_config = _STRICT
 
     routes_file: Path | None = Field(None, description="TOML rules file; unset = no rules.")

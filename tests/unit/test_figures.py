@@ -1,4 +1,4 @@
-"""The README's Performance section quotes only figures that a committed results file holds."""
+"""docs/performance.md quotes only figures that a committed results file holds."""
 
 from __future__ import annotations
 
@@ -26,8 +26,12 @@ def numbers(text: str) -> set[str]:
     return {match.replace(",", "") for match in NUMBER.findall(text)}
 
 
-def performance_section(readme: str) -> str:
-    return readme.split("\n## Performance\n", 1)[1].split("\n## ", 1)[0]
+PAGE = ROOT / "docs" / "performance.md"
+
+
+def performance_section(page: str) -> str:
+    """The page without its title line."""
+    return page.split("\n", 1)[1]
 
 
 def unbacked(section: str, results: dict[str, str]) -> list[str]:
@@ -56,12 +60,12 @@ def results() -> dict[str, str]:
 
 
 def test_every_figure_in_the_performance_section_is_in_a_results_file(results: dict[str, str]) -> None:
-    problems = unbacked(performance_section((ROOT / "README.md").read_text()), results)
+    problems = unbacked(performance_section(PAGE.read_text()), results)
     assert not problems, "figures no results file holds:\n" + "\n".join(problems)
 
 
 def test_the_table_s_rows_each_have_their_results_file(results: dict[str, str]) -> None:
-    section = performance_section((ROOT / "README.md").read_text())
+    section = performance_section(PAGE.read_text())
     table = [line for line in section.splitlines() if line.startswith("| ") and "run 1" not in line]
     first_table = table[:next((i for i, line in enumerate(table) if line.startswith("| what")), len(table))]
     assert first_table, "the Performance table is gone"
