@@ -49,4 +49,4 @@ def test_docs_index_lists_every_page() -> None:
 def _anchors(text: str) -> set[str]:
     """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces as hyphens."""
     return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
-            for heading in re.findall(r"^#+ (.*)$", text, re.M)}
+            for heading in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
