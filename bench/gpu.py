@@ -216,7 +216,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
         if model is None:
-            from laya.worker.shapedmodel import SHAPES, write_shaped_model
+            from tests.shapedmodel import SHAPES, write_shaped_model
 
             model = str(write_shaped_model(Path(tmp) / "qwen2.5-7b-q4_k_m.gguf", SHAPES["qwen2.5-7b"], "Q4_K_M",
                                            stops=False))

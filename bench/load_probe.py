@@ -107,7 +107,7 @@ def backtrace(model: Path, spec: str, gpu_layers: int, tokens: int) -> str:
 
 def main() -> None:
     from laya.memory.machine import cpu_flags
-    from laya.worker.shapedmodel import SHAPES, write_shaped_model
+    from tests.shapedmodel import SHAPES, write_shaped_model
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", default="qwen2.5-1.5b", choices=sorted(SHAPES))

@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: laya, and tests' model writers
+
 CONTEXTS = (512, 2048, 8192)
 RUNS = 3
 RESULTS = Path(__file__).resolve().parent / "results" / "planner_rss.md"
@@ -53,8 +55,8 @@ def measure(model: Path, ctx: int, buffers: str) -> dict[str, int]:
 
 
 def main() -> None:
-    from laya.worker.shapedmodel import SHAPES, write_shaped_model
     from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
+    from tests.shapedmodel import SHAPES, write_shaped_model
 
     mib = 2**20
     lines = ["# Planner vs measured RSS", "",

@@ -41,7 +41,7 @@ def main() -> None:
     from laya.client import Chunk, Client
     from laya.connection import open_redis
     from laya.schema import Result
-    from laya.worker.shapedmodel import SHAPES, write_shaped_model
+    from tests.shapedmodel import SHAPES, write_shaped_model
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=40)

@@ -133,7 +133,7 @@ def endless_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def q4km_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two layers of Qwen2.5-1.5B in Q4_K_M: real head counts and vocabulary, steered answers."""
-    from laya.worker.shapedmodel import SHAPES, write_shaped_model
+    from tests.shapedmodel import SHAPES, write_shaped_model
 
     return write_shaped_model(tmp_path_factory.mktemp("shaped") / "qwen2.5-1.5b-2l-q4_k_m.gguf",
                               SHAPES["qwen2.5-1.5b"].with_layers(2), "Q4_K_M")

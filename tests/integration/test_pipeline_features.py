@@ -546,7 +546,7 @@ def test_a_request_expired_before_routing_never_becomes_a_job(settings: Settings
 @pytest.fixture(scope="module")
 def endless_q4km(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two Qwen2.5-1.5B layers in Q4_K_M that never stop: decoding at a real model's pace on this CPU."""
-    from laya.worker.shapedmodel import SHAPES, write_shaped_model
+    from tests.shapedmodel import SHAPES, write_shaped_model
 
     return write_shaped_model(tmp_path_factory.mktemp("endless") / "endless-q4_k_m.gguf",
                               SHAPES["qwen2.5-1.5b"].with_layers(2), "Q4_K_M", stops=False)

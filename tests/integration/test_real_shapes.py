@@ -25,10 +25,10 @@ from laya.config import Settings
 from laya.memory.modelfile import read_model_info
 from laya.schema import Request
 from laya.worker.backend import Controls, LlamaBackend
-from laya.worker.shapedmodel import SHAPES, write_shaped_model
 from laya.worker.tinymodel import expected_completion
 from tests.conftest import Server
 from tests.processes import start_laya, stop_laya
+from tests.shapedmodel import SHAPES, write_shaped_model
 
 MODELS = {"qwen2.5-1.5b-Q4_K_M": ("qwen2.5-1.5b", "Q4_K_M"), "qwen3-0.6b-Q8_0": ("qwen3-0.6b", "Q8_0")}
 

@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from laya.worker.shapedmodel import quantize
+from tests.shapedmodel import quantize
 
 
 @pytest.mark.parametrize(("kind", "tolerance"), [("Q4_K", 0.12), ("Q6_K", 0.04), ("Q8_0", 0.01)])
