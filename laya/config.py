@@ -20,7 +20,7 @@ import os
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -280,6 +280,31 @@ class MetricsConfig(BaseModel):
         return self.port + self.offset if self.port else 0
 
 
+class HttpConfig(BaseModel):
+    """`laya serve`, the OpenAI-compatible HTTP front door: where it listens and what it accepts."""
+
+    model_config = _STRICT
+
+    port: int = Field(8390, ge=0, le=65535, description="Port of the HTTP API; 0: `laya up` starts no front door.")
+    bind: str = Field(
+        "127.0.0.1", min_length=1, max_length=255,
+        description="Address it listens on. Expose it beyond this host behind a reverse proxy with TLS.")
+    api_keys: list[Annotated[str, Field(min_length=8, max_length=256)]] = Field(
+        default_factory=list, max_length=256,
+        description="Bearer keys a client must send (Authorization: Bearer KEY); empty: no key is asked. In the "
+                    "environment, separated by commas.")
+    max_body_bytes: int = Field(
+        1_000_000, ge=1024, le=64_000_000, description="Largest request body; a larger one is answered 413.")
+    request_timeout_s: float = Field(
+        600.0, gt=0, le=86_400,
+        description="How long a request waits for its answer before a 504 (the request itself goes on).")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _keys_from_environment(cls, value: Any) -> Any:
+        return [key.strip() for key in value.split(",") if key.strip()] if isinstance(value, str) else value
+
+
 class Settings(BaseModel):
     """The whole configuration tree."""
 
@@ -296,6 +321,7 @@ class Settings(BaseModel):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     router: RouterConfig = Field(default_factory=RouterConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    http: HttpConfig = Field(default_factory=HttpConfig)
     source: str = Field("<defaults>", exclude=True, description="Where this configuration came from.")
     _env: dict[str, str] = PrivateAttr(default_factory=dict)
     """``section.field`` → the environment variable that set it."""

@@ -87,6 +87,9 @@ METRIC_NAMES: dict[str, str] = {
     "laya_worker_starts_total": "counter",
     "laya_worker_memory_planned_bytes": "gauge",
     "laya_worker_memory_used_bytes": "gauge",
+    # the HTTP front door (laya serve)
+    "laya_http_requests_total": "counter",
+    "laya_http_request_seconds": "histogram",
     # prometheus_client's process collector, in every process
     "process_resident_memory_bytes": "gauge",
     "process_cpu_seconds_total": "counter",

@@ -1,4 +1,4 @@
-"""The README's commands, run as the README writes them, so the README cannot drift from the tool (issue 14).
+"""The README's commands, run as the README writes them, so the README cannot drift from the tool.
 
 Each shell block marked ``<!-- readme-test: NAME -->`` in README.md runs in
 bash, unchanged, in a fresh directory that looks like a fresh clone after the
@@ -17,8 +17,9 @@ which every ``laya`` command and the producers read the same way, so the
 commands themselves stay as written.
 
 The order is the README's: the demo (which writes ``.laya/laya-tiny-demo.gguf``),
-then ``laya up`` and the commands run against it, then the memory examples on
-the demo model. The real-model examples (Qwen files a newcomer does not have)
+then ``laya up`` and the commands run against it (the shell block, then the
+Python example marked ``<!-- readme-test: python -->``), then the memory
+examples on the demo model. The real-model examples (Qwen files a newcomer does not have)
 are the unmarked blocks; :func:`test_every_example_block_is_run_or_needs_a_real_model`
 keeps them that way.
 """
@@ -40,6 +41,7 @@ from .running import RunningUp
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 MARKED = re.compile(r"<!-- readme-test: (\S+) -->\n```sh\n(.*?)```", re.DOTALL)
+MARKED_PYTHON = re.compile(r"<!-- readme-test: python -->\n```python\n(.*?)```", re.DOTALL)
 SECTIONS = ("## Quick start", "## Using a real model", "## Memory: plan before loading")
 
 
@@ -96,6 +98,9 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         up.wait_for("laya is up on")
         assert "0 rules loaded" not in up.text()
         used = run(found["with-up"], clone, env)
+        [example] = MARKED_PYTHON.findall(README.read_text())
+        python = subprocess.run([sys.executable, "-c", example], cwd=clone, env=env, capture_output=True,
+                                text=True, timeout=120, check=False)
     finally:
         up.close()
     assert used.stdout.startswith("Hello! Send a task and Laya will queue it for the model.\n"), used.stdout
@@ -103,6 +108,8 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     routes = [orjson.loads(line)["route"] for line in (clone / "results.jsonl").read_bytes().splitlines()]
     assert routes[:2] == ["rule:greeting", "rule:status"] and "rule:ping" in routes, routes
     assert "ticket 1: [rule:status]" in used.stdout and "ticket 3: [rule:greeting]" in used.stdout
+    assert python.returncode == 0, python.stderr
+    assert python.stdout.startswith("model:default ") and python.stdout.endswith("model:default\n"), python.stdout
 
     planned = run(found["plan"], clone, env)
     assert planned.stdout.count("verdict FITS") == 2 and '"verdict": "fits"' in planned.stdout, planned.stdout

@@ -26,11 +26,14 @@ PROMQL_WORDS = {"sum", "by", "rate", "max", "histogram_quantile", "le", "model",
 
 
 def exported_families() -> set[str]:
-    """The families a router's and a worker's registries hold (no traffic needed: all are declared up front)."""
+    """The families a router's, a worker's and the front door's registries hold (no traffic needed: all are
+    declared up front)."""
+    from laya.http.app import HttpMetrics
+
     registry = new_registry()
     registry.register(RouterMetrics())
     WorkerMetrics(registry, "default")
-    text = generate_latest(registry).decode()
+    text = generate_latest(registry).decode() + generate_latest(HttpMetrics().registry).decode()
     return {family.name + ("_total" if family.type == "counter" else "")
             for family in text_string_to_metric_families(text)}
 
