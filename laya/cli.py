@@ -161,7 +161,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         stack.start()
         if stack.wait_ready(timeout=args.ready_timeout):
-            print(f"laya is up on {stack.url}: `laya submit --wait \"...\"` to try it; Ctrl-C stops it.",
+            http = f", OpenAI's API on {stack.http_url}" if stack.http_url else ""
+            print(f"laya is up on {stack.url}{http}: `laya submit --wait \"...\"` to try it; Ctrl-C stops it.",
                   file=sys.stderr)
             stack.serve_forever()
     finally:

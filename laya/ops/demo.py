@@ -53,7 +53,8 @@ def run_demo(settings: Settings, state_dir: Path, *, config_path: str | None, n_
     print(f"sample batch: {sample}, {len(lines)} lines: {len(RULE_LINES)} that rules answer, {n_model + 1} for the "
           "model (one sent there by a rule), one invalid request and one line that is not JSON; sent twice.\n"
           f"rules: {routes if routes is not None else 'none (router.routes_file is not set)'}", file=sys.stderr)
-    with Stack(settings, state_dir, config_path=config_path, free_port=True, extra_env=extra_env) as stack:
+    with Stack(settings, state_dir, config_path=config_path, free_port=True, extra_env=extra_env,
+               front_door=False) as stack:
         stack.wait_ready(timeout=120)
         demo_settings = settings.model_copy(update={"redis": settings.redis.model_copy(update={"url": stack.url})})
         client = Client(connect(demo_settings), prefix=settings.redis.prefix)

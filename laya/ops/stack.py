@@ -249,6 +249,8 @@ class Stack:
     free_port: bool = False
     """Embedded server on any free port instead of redis.embedded_port (the demo)."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    front_door: bool = True
+    """Start `laya serve` too, unless ``[http] port`` is 0 (the demo starts none)."""
     policy: RestartPolicy = field(default_factory=RestartPolicy)
     url: str = ""
     server: EmbeddedValkey | None = None
@@ -264,6 +266,15 @@ class Stack:
         if len(served) == 1:
             return {"worker": served[0].name}
         return {f"worker:{model.name}": model.name for model in served}
+
+    @property
+    def serves_http(self) -> bool:
+        return self.front_door and self.settings.http.port != 0
+
+    @property
+    def http_url(self) -> str | None:
+        """The front door's base URL, when this stack serves one."""
+        return f"http://{self.settings.http.bind}:{self.settings.http.port}/v1" if self.serves_http else None
 
     def start(self) -> Self:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -291,6 +302,8 @@ class Stack:
         commands = {"router": [sys.executable, "-m", "laya", "router"]}
         for role, model in self.workers.items():
             commands[role] = [sys.executable, "-m", "laya", "worker", *(["--model", model] if several else [])]
+        if self.serves_http:
+            commands["serve"] = [sys.executable, "-m", "laya", "serve"]
         # One metrics port per process (laya.metrics): the router on port + offset, each worker on the next ones.
         base = self.settings.metrics.offset
         role_env = {role: {"LAYA_METRICS__OFFSET": str(base + 1 + i)} for i, role in enumerate(self.workers)}
@@ -334,11 +347,21 @@ class Stack:
                 if (self._router_read(f"{host}-{pid}-", time.monotonic() - started) if role == "router"
                         else any(name == own or name.startswith(f"{own}.") for name in names)):
                     del waiting[role]
-            if not waiting and check_health(self._redis, self.settings, models=list(self.workers.values())).ok:
+            if (not waiting and (not self.serves_http or self._listening())
+                    and check_health(self._redis, self.settings, models=list(self.workers.values())).ok):
                 return True
             time.sleep(0.1)
         missing = ["the router" if role == "router" else f"the worker of {model}" for role, model in waiting.items()]
+        if self.serves_http and not self._listening():
+            missing.append(f"the HTTP front door (port {self.settings.http.port})")
         raise ServerError(f"{' and '.join(missing)} did not come up within {timeout:g} s")
+
+    def _listening(self) -> bool:
+        """Whether the front door accepts connections on its port."""
+        host = "127.0.0.1" if self.settings.http.bind in ("0.0.0.0", "::") else self.settings.http.bind
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.settimeout(0.5)
+            return probe.connect_ex((host, self.settings.http.port)) == 0
 
     def _router_read(self, prefix: str, within_s: float) -> bool:
         """Whether this run's router (its consumer name starts with ``prefix``) has read the stream in the last

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+import httpx2
 import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -110,23 +111,28 @@ def test_submit_streams_and_asks_for_json_through_real_processes(
 
 @pytest.mark.skipif(shutil.which("pgrep") is None, reason="needs pgrep")
 def test_laya_up_serves_and_stops_cleanly_on_sigint(tmp_path: Path, tiny_model: Path) -> None:
-    port = free_port()
+    port, http_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
-    env.update({"LAYA_REDIS__EMBEDDED_PORT": str(port), "LAYA_MODEL_PATH": str(tiny_model)})
+    env.update({"LAYA_REDIS__EMBEDDED_PORT": str(port), "LAYA_MODEL_PATH": str(tiny_model),
+                "LAYA_HTTP__PORT": str(http_port)})
     up = subprocess.Popen([str(BIN / "laya"), "up"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
     try:
         assert up.stderr is not None
         for line in up.stderr:
             if "laya is up" in line:
+                assert f"OpenAI's API on http://127.0.0.1:{http_port}/v1" in line, line
                 break
             assert up.poll() is None, "laya up exited early"
         answer = subprocess.run([str(BIN / "laya"), "submit", "--wait", "--timeout", "30", "jello"], env=env,
                                 capture_output=True, text=True, timeout=60, check=False)
         assert answer.returncode == 0, answer.stderr
         assert answer.stdout.strip() == "pqrstuvwxyz"
+        over_http = httpx2.post(f"http://127.0.0.1:{http_port}/v1/completions", timeout=30,
+                                json={"model": "default", "prompt": "jello"}).json()
+        assert over_http["choices"][0]["text"] == "pqrstuvwxyz"
         children = subprocess.run(["pgrep", "-P", str(up.pid)], capture_output=True, text=True,
                                   check=False).stdout.split()
-        assert len(children) == 3  # valkey-server, router, worker
+        assert len(children) == 4  # valkey-server, router, worker, serve
     finally:
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=30) == 0

@@ -44,7 +44,8 @@ BIN = Path(sys.executable).parent
 
 def clean_env(**extra: str) -> dict[str, str]:
     """The user's environment without any LAYA_ variable of the test run's own, plus ``extra``."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}, **extra}
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("LAYA_")},
+            "LAYA_HTTP__PORT": str(free_port()), **extra}
 
 
 def laya(*argv: str, cwd: Path | None = None, env: dict[str, str] | None = None,

@@ -11,10 +11,11 @@ What is not re-run: the install steps of the quick start (``python3 -m venv
 The test runs inside a virtualenv installed exactly that way already, and a
 second install would take minutes (llama-cpp-python compiles).
 
-What is adapted: the port. ``laya up`` (block ``up``) serves the embedded
+What is adapted: the ports. ``laya up`` (block ``up``) serves the embedded
 Valkey on a free port instead of 6390, through ``LAYA_REDIS__EMBEDDED_PORT``,
 which every ``laya`` command and the producers read the same way, so the
-commands themselves stay as written.
+commands themselves stay as written; its HTTP API listens on a free port instead
+of 8390 (``LAYA_HTTP__PORT``), and the ``curl`` block's URL is given that port.
 
 The order is the README's: the demo (which writes ``.laya/laya-tiny-demo.gguf``),
 then ``laya up`` and the commands run against it (the shell block, then the
@@ -80,12 +81,12 @@ def fresh_clone(tmp_path: Path) -> Path:
 
 def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     found = blocks()
-    assert set(found) == {"demo", "up", "with-up", "plan"}, sorted(found)
+    assert set(found) == {"demo", "up", "with-up", "curl", "plan"}, sorted(found)
     clone = fresh_clone(tmp_path)
     bin_dir = Path(sys.prefix) / "bin"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
     env.update(PATH=f"{bin_dir}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=sys.prefix,
-               LAYA_REDIS__EMBEDDED_PORT=str(free_port()))
+               LAYA_REDIS__EMBEDDED_PORT=str(free_port()), LAYA_HTTP__PORT=str(free_port()))
 
     demo = run(without_install(found["demo"]), clone, env)
     assert "laya demo" in found["demo"] and "demo finished; everything is stopped." in demo.stderr
@@ -98,6 +99,7 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
         up.wait_for("laya is up on")
         assert "0 rules loaded" not in up.text()
         used = run(found["with-up"], clone, env)
+        curl = run(found["curl"].replace(":8390/", f":{env['LAYA_HTTP__PORT']}/"), clone, env)
         [example] = MARKED_PYTHON.findall(README.read_text())
         python = subprocess.run([sys.executable, "-c", example], cwd=clone, env=env, capture_output=True,
                                 text=True, timeout=120, check=False)
@@ -108,6 +110,8 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     routes = [orjson.loads(line)["route"] for line in (clone / "results.jsonl").read_bytes().splitlines()]
     assert routes[:2] == ["rule:greeting", "rule:status"] and "rule:ping" in routes, routes
     assert "ticket 1: [rule:status]" in used.stdout and "ticket 3: [rule:greeting]" in used.stdout
+    chat = orjson.loads(curl.stdout)
+    assert chat["choices"][0]["message"]["content"].startswith("Hello!") and chat["laya"]["route"] == "rule:greeting"
     assert python.returncode == 0, python.stderr
     assert python.stdout.startswith("model:default ") and python.stdout.endswith("model:default\n"), python.stdout
 

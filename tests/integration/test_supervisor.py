@@ -113,7 +113,7 @@ def port() -> int:
 def write_config(directory: Path, port: int, model: Path, **runtime: int) -> None:
     settings = {"heartbeat_ttl_s": 5, "heartbeat_interval_s": 0.5, **runtime}
     (directory / "laya.toml").write_text(
-        f"[redis]\nembedded_port = {port}\n\n"
+        f"[redis]\nembedded_port = {port}\n\n[http]\nport = {free_port()}\n\n"
         f"[model]\npath = {str(model)!r}\n\n"
         "[runtime]\n" + "".join(f"{key} = {value}\n" for key, value in settings.items()) + "\n"
         "[router]\nblock_ms = 100\nreap_interval_s = 0.3\n")

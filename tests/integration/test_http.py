@@ -1,0 +1,206 @@
+"""`laya serve` through the official `openai` package, on real processes: a router, a worker, the front door."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import httpx2 as httpx  # the HTTP client the openai package itself uses
+import openai
+import pytest
+from pydantic import BaseModel
+from redis import Redis
+
+from tests.conftest import Server, free_port
+from tests.processes import start_laya, stop_laya
+
+KEY = "test-key-0123456789"
+
+
+@dataclass
+class Door:
+    url: str
+    redis: Redis
+    prefix: str
+
+    def client(self, key: str = KEY, **options: object) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, **options)  # type: ignore[arg-type]
+
+
+def _env(url: str, prefix: str, port: int, model: Path, routes: Path, **extra: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}, "LAYA_REDIS_URL": url,
+            "LAYA_REDIS__PREFIX": prefix, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes),
+            "LAYA_ROUTER__BLOCK_MS": "100", "LAYA_METRICS__PORT": "0", "LAYA_HTTP__PORT": str(port),
+            "LAYA_HTTP__API_KEYS": KEY, "LAYA_RUNTIME__HEARTBEAT_INTERVAL_S": "0.2", **extra}
+
+
+def _wait_for_port(port: int, proc: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        assert getattr(proc, "poll")() is None, "laya serve exited"  # noqa: B009
+        time.sleep(0.05)
+    raise AssertionError(f"laya serve did not listen on {port}")
+
+
+@pytest.fixture(scope="module")
+def door(redis_server: Server, tiny_model: Path, routes_file: Path, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[Door]:
+    port = free_port()
+    env = _env(redis_server.url, "http", port, tiny_model, routes_file)
+    logs = tmp_path_factory.mktemp("http-logs")
+    procs = [start_laya("router", env, logs / "router.log"), start_laya("worker", env, logs / "worker.log"),
+             start_laya("serve", env, logs / "serve.log")]
+    try:
+        _wait_for_port(port, procs[2])
+        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), "http")
+    finally:
+        stop_laya(*procs)
+
+
+def test_a_rule_answers_a_chat_completion_with_its_route(door: Door) -> None:
+    raw = door.client().chat.completions.with_raw_response.create(
+        model="default", messages=[{"role": "user", "content": "hello"}])
+    completion = raw.parse()
+    assert completion.choices[0].message.content == "Hello!"
+    assert completion.choices[0].finish_reason == "stop"
+    assert raw.headers["x-laya-route"] == "rule:greeting"
+    assert raw.headers["x-request-id"] == completion.id
+
+
+def test_the_model_answers_a_completion_with_usage(door: Door) -> None:
+    completion = door.client().completions.create(model="default", prompt="jello", max_tokens=4,
+                                                  extra_body={"cache": False})
+    assert completion.choices[0].text
+    assert completion.usage is not None and completion.usage.completion_tokens == 4
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.model_extra is not None and completion.model_extra["laya"]["route"] == "model:default"
+
+
+def test_a_stream_s_chunks_join_into_the_answer(door: Door) -> None:
+    client = door.client()
+    whole = client.chat.completions.create(model="default", messages=[{"role": "user", "content": "kello"}],
+                                           max_tokens=12, extra_body={"cache": False})
+    chunks = list(client.chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "kello"}], max_tokens=12, stream=True,
+        stream_options={"include_usage": True}, extra_body={"cache": False}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content and text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 12
+
+
+def test_a_streamed_rule_answer_is_one_chunk(door: Door) -> None:
+    chunks = list(door.client().chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "hello"}], stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hello!"
+
+
+class Colour(BaseModel):
+    name: Literal["red", "green", "blue"]
+    bright: bool
+
+
+def test_structured_output_from_a_pydantic_model(door: Door) -> None:
+    completion = door.client().chat.completions.parse(
+        model="default", messages=[{"role": "user", "content": "pick a colour"}], response_format=Colour,
+        max_tokens=200)
+    parsed = completion.choices[0].message.parsed
+    assert isinstance(parsed, Colour) and parsed.name in ("red", "green", "blue")
+
+
+def test_models_are_listed(door: Door) -> None:
+    assert [m.id for m in door.client().models.list()] == ["default"]
+
+
+def test_a_wrong_key_is_refused_before_anything_reaches_redis(door: Door) -> None:
+    before = door.redis.xlen(f"{door.prefix}:ingress")
+    with pytest.raises(openai.AuthenticationError):
+        door.client(key="wrong-key-000").chat.completions.create(
+            model="default", messages=[{"role": "user", "content": "hello"}])
+    assert door.redis.xlen(f"{door.prefix}:ingress") == before
+
+
+def test_a_bad_request_names_its_param(door: Door) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        door.client().chat.completions.create(model="default", n=2, messages=[{"role": "user", "content": "hi"}])
+    assert caught.value.body["param"] == "n"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as caught:
+        door.client().chat.completions.create(model="default", messages=[{"role": "tool", "content": "x"}])
+    assert caught.value.body["param"] == "messages.0.role"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        door.client().chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+
+
+def _jobs_done(door: Door) -> int:
+    import orjson
+
+    return sum(orjson.loads(raw).get("jobs_done", 0) for raw in door.redis.hvals(f"{door.prefix}:stats:worker"))
+
+
+def test_an_idempotency_key_sent_twice_runs_the_model_once(door: Door) -> None:
+    client = door.client()
+    body = {"model": "default", "prompt": "mello", "max_tokens": 3, "cache": False}
+    headers = {"Authorization": f"Bearer {KEY}", "Idempotency-Key": "twice-1"}
+    before = _jobs_done(door)
+    first = httpx.post(f"{door.url}/v1/completions", json=body, headers=headers, timeout=60)
+    second = httpx.post(f"{door.url}/v1/completions", json=body, headers=headers, timeout=60)
+    assert first.status_code == second.status_code == 200
+    assert first.json()["id"] == second.json()["id"] == "twice-1"
+    assert first.json()["choices"] == second.json()["choices"]
+    time.sleep(0.5)  # a beat, so the worker's count is current
+    assert _jobs_done(door) - before == 1
+    del client
+
+
+def test_malformed_bodies_get_a_4xx_each_and_the_server_lives(door: Door) -> None:
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+    bodies: list[bytes] = [b"", b"{", b"[]", b"null", b'"text"', b"\xff\xfe", b'{"messages": 5}',
+                           b'{"prompt": 5}', b"[" * 5000 + b"]" * 5000, b'{"prompt": "' + b"x" * 2_000_000 + b'"}',
+                           b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}',
+                           b'{"model": "default", "prompt": "hi", "temperature": "hot"}',
+                           b'{"model": "default", "prompt": "hi", "stream": "yes"}',
+                           b'{"model": "default", "prompt": "hi", "frequency_penalty": 1}']
+    bodies += [b'{"prompt": ' + str(i).encode() + b"}" for i in range(1000 - len(bodies))]
+    with httpx.Client(base_url=door.url, timeout=30) as http:
+        for body in bodies:
+            for path in ("/v1/chat/completions", "/v1/completions"):
+                reply = http.post(path, content=body, headers=headers)
+                assert 400 <= reply.status_code < 500, (path, body[:60], reply.status_code, reply.text[:200])
+                assert reply.json()["error"]["message"]
+        wrong_type = http.post("/v1/completions", content=b'{"prompt": "hi"}',
+                               headers={"Authorization": f"Bearer {KEY}", "Content-Type": "text/plain"})
+        assert wrong_type.status_code == 400 and "application/json" in wrong_type.json()["error"]["message"]
+        assert http.post("/v1/completions", json={"model": "default", "prompt": "hello"},
+                         headers=headers).status_code == 200  # still serving
+
+
+@pytest.fixture
+def full_lane(redis_server: Server, tiny_model: Path, routes_file: Path, tmp_path: Path) -> Iterator[Door]:
+    """A front door and a router with no worker, whose lanes hold one job."""
+    port = free_port()
+    env = _env(redis_server.url, "http429", port, tiny_model, routes_file, LAYA_ROUTER__MAX_QUEUE_DEPTH="1",
+               LAYA_ROUTER__RETRY_AFTER_S="7")
+    procs = [start_laya("router", env, tmp_path / "router.log"), start_laya("serve", env, tmp_path / "serve.log")]
+    try:
+        _wait_for_port(port, procs[1])
+        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), "http429")
+    finally:
+        stop_laya(*procs)
+
+
+def test_a_full_lane_is_a_429_with_retry_after(full_lane: Door) -> None:
+    client = full_lane.client(max_retries=0, timeout=2)
+    with pytest.raises(openai.APITimeoutError):  # queued: no worker runs it
+        client.completions.create(model="default", prompt="first", max_tokens=2, extra_body={"cache": False})
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.completions.create(model="default", prompt="second", max_tokens=2, extra_body={"cache": False})
+    assert caught.value.response.headers["retry-after"] == "7"
+    assert caught.value.body["code"] == "overloaded"  # type: ignore[index]
