@@ -20,7 +20,7 @@ COPY laya ./laya
 # (llama.cpp still picks AVX2/AVX-512 paths at run time where the CPU has them).
 ARG CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
 RUN python -m venv /opt/laya \
-    && CMAKE_ARGS="${CMAKE_ARGS}" /opt/laya/bin/pip install --no-cache-dir .
+    && CMAKE_ARGS="${CMAKE_ARGS}" /opt/laya/bin/pip install --no-cache-dir ".[router,worker,http,semantic]"
 
 FROM ${PYTHON_IMAGE}
 # libgomp1: llama.cpp's CPU backend threads with OpenMP.
