@@ -204,3 +204,55 @@ def test_a_full_lane_is_a_429_with_retry_after(full_lane: Door) -> None:
         client.completions.create(model="default", prompt="second", max_tokens=2, extra_body={"cache": False})
     assert caught.value.response.headers["retry-after"] == "7"
     assert caught.value.body["code"] == "overloaded"  # type: ignore[index]
+
+
+def _wait_busy(redis: Redis, prefix: str, timeout: float = 30) -> None:
+    import orjson
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(orjson.loads(raw).get("state") == "busy" for raw in redis.hvals(f"{prefix}:stats:worker")):
+            return
+        time.sleep(0.005)
+    raise AssertionError("the worker never took the job")
+
+
+def test_the_client_gets_its_answer_though_the_worker_and_the_router_die(
+        redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    port = free_port()
+    env = _env(redis_server.url, "httpkill", port, endless_model, routes_file, LAYA_RUNTIME__HEARTBEAT_TTL_S="5",
+               LAYA_ROUTER__REAP_INTERVAL_S="0.3", LAYA_RUNTIME__MAX_TOKENS_LIMIT="8192",
+               LAYA_RUNTIME__MAX_SEQ_LEN="8192")
+    procs = {"router": start_laya("router", env, tmp_path / "router.log"),
+             "worker": start_laya("worker", env, tmp_path / "worker.log"),
+             "serve": start_laya("serve", env, tmp_path / "serve.log")}
+    redis = redis_server.client()
+    body = {"model": "default", "prompt": "jello", "max_tokens": 8000, "cache": False}
+    headers = {"Authorization": f"Bearer {KEY}"}
+    try:
+        _wait_for_port(port, procs["serve"])
+        with ThreadPoolExecutor(2) as pool:
+            reply = pool.submit(httpx.post, f"http://127.0.0.1:{port}/v1/completions", json=body, headers=headers,
+                                timeout=120)
+            _wait_busy(redis, "httpkill")
+            procs["worker"].kill()  # SIGKILL mid-generation: the reaper requeues the job once its heartbeat stops
+            procs["router"].kill()
+            procs["worker"].wait()
+            procs["router"].wait()
+            later = pool.submit(httpx.post, f"http://127.0.0.1:{port}/v1/completions", headers=headers, timeout=120,
+                                json={"model": "default", "prompt": "hello"})  # sent while no router runs
+            time.sleep(0.5)
+            procs["router"] = start_laya("router", env, tmp_path / "router2.log")
+            procs["worker"] = start_laya("worker", env, tmp_path / "worker2.log")
+            answered, greeted = reply.result(), later.result()
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["usage"]["completion_tokens"] == 8000
+        from rq.job import Job
+
+        job = Job.fetch(answered.json()["id"], connection=redis, serializer="json")
+        assert job.retries_left == 0, "the job ran once: the worker was not killed mid-generation"
+        assert greeted.status_code == 200 and greeted.json()["choices"][0]["text"] == "Hello!"
+    finally:
+        stop_laya(*procs.values())
