@@ -11,8 +11,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import httpx2
+import orjson
 import pytest
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
