@@ -104,7 +104,10 @@ class ModelConfig(BaseModel):
     n_gpu_layers: int = Field(
         -1, ge=-1, le=1000, description="Layers on the GPU; -1 = all. Ignored by a CPU-only build."
     )
-    n_threads: int | None = Field(None, ge=1, le=512, description="CPU threads; unset = llama.cpp's choice.")
+    n_threads: int | None = Field(
+        None, ge=1, le=512, description="CPU threads for decode and prompt batches; unset: one per physical core "
+        "this process may use (its CPU affinity, under a cgroup CPU quota). The plan and the worker's log say the "
+        "count and why.")
     cpu_extra_buffers: Literal["auto", "on", "off"] = Field(
         "auto",
         description="llama.cpp's CPU extra buffer types (AMX, repacked weights) for quantised weights on the "

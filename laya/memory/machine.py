@@ -1,15 +1,19 @@
-"""What memory this machine has: RAM from the OS, VRAM from ``nvidia-smi`` when present."""
+"""What this machine has: RAM from the OS, VRAM from ``nvidia-smi`` when present, and the CPU threads
+a worker should run (the physical cores this process may use)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 
-__all__ = ["NVIDIA_SMI_QUERY", "Gpu", "Machine", "cpu_flags", "detect_machine", "parse_nvidia_smi", "parse_size", "resident_bytes"]
+__all__ = ["NVIDIA_SMI_QUERY", "Gpu", "Machine", "Threads", "cpu_flags", "cpu_threads", "detect_machine",
+           "parse_nvidia_smi", "parse_size", "resident_bytes"]
 
 log = logging.getLogger("laya.memory.machine")
 
@@ -35,6 +39,64 @@ class Gpu:
 
 
 @dataclass(frozen=True, slots=True)
+class Threads:
+    """How many CPU threads llama.cpp runs, for decode and for prompt batches, and why."""
+
+    count: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.count} CPU thread(s) for decode and prompt batches ({self.reason})"
+
+
+def cpu_threads(*, sys_root: Path = Path("/sys"), affinity: set[int] | None = None) -> Threads:
+    """The physical cores among the CPUs this process may run on (its affinity), capped by a cgroup CPU quota.
+
+    One thread per physical core: a second thread on a core's hyper-thread shares its vector units and
+    slows llama.cpp's matrix products; a thread beyond the quota only waits for its turn.
+    """
+    cpus = sorted(affinity if affinity is not None else os.sched_getaffinity(0))
+    cores = {_core_of(sys_root, cpu) for cpu in cpus}
+    count = max(1, len(cores))
+    reason = f"{len(cores)} physical core(s) among the {len(cpus)} CPU(s) this process may use"
+    quota = _cgroup_quota(sys_root)
+    if quota is not None and math.ceil(quota) < count:
+        count = max(1, math.ceil(quota))
+        reason += f", capped by the cgroup's CPU quota of {quota:g}"
+    return Threads(count, reason)
+
+
+def _core_of(sys_root: Path, cpu: int) -> tuple[str, str]:
+    """The (package, core) a logical CPU belongs to; the CPU itself where sysfs does not say."""
+    topology = sys_root / "devices" / "system" / "cpu" / f"cpu{cpu}" / "topology"
+    try:
+        return ((topology / "physical_package_id").read_text().strip(), (topology / "core_id").read_text().strip())
+    except OSError:
+        return ("cpu", str(cpu))
+
+
+def _cgroup_quota(sys_root: Path) -> float | None:
+    """CPUs the cgroup lets this process use (cgroup v2 ``cpu.max``, or v1 ``cfs_quota_us``); None: no quota."""
+    cgroup = sys_root / "fs" / "cgroup"
+    try:
+        fields = (cgroup / "cpu.max").read_text().split()  # "max 100000", or "150000 100000" for 1.5 CPUs
+    except OSError:
+        fields = []
+    if len(fields) == 2 and fields[0] == "max":
+        return None
+    if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit() and int(fields[1]):
+        return int(fields[0]) / int(fields[1])
+    for folder in ("cpu", "cpu,cpuacct"):
+        try:
+            quota_us = int((cgroup / folder / "cpu.cfs_quota_us").read_text())
+            period_us = int((cgroup / folder / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class Machine:
     ram_total: int
     ram_available: int
@@ -42,6 +104,8 @@ class Machine:
     source: str = "detected"
     cpu_flags: frozenset[str] = field(default=frozenset())
     """The CPU's feature flags (``/proc/cpuinfo``): which of llama.cpp's CPU kernels can run."""
+    threads: Threads | None = None
+    """The CPU threads a worker runs here (:func:`cpu_threads`); None for a machine described by hand."""
 
     @property
     def has_amx(self) -> bool:
@@ -53,7 +117,8 @@ class Machine:
         if vram is not None:
             gpus = (Gpu("given", vram, vram),) if vram > 0 else ()
         return Machine(ram_total=ram or self.ram_total, ram_available=ram or self.ram_available, gpus=gpus,
-                       source="given" if ram or vram is not None else self.source, cpu_flags=self.cpu_flags)
+                       source="given" if ram or vram is not None else self.source, cpu_flags=self.cpu_flags,
+                       threads=self.threads)
 
 
 def _ram() -> tuple[int, int]:
@@ -115,7 +180,8 @@ def cpu_flags() -> frozenset[str]:
 
 def detect_machine() -> Machine:
     total, available = _ram()
-    return Machine(ram_total=total, ram_available=available, gpus=_nvidia_gpus(), cpu_flags=cpu_flags())
+    return Machine(ram_total=total, ram_available=available, gpus=_nvidia_gpus(), cpu_flags=cpu_flags(),
+                   threads=cpu_threads())
 
 
 def resident_bytes() -> int:

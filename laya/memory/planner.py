@@ -35,14 +35,14 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from laya.memory.machine import GiB, Machine, MiB
+from laya.memory.machine import GiB, Machine, MiB, Threads, cpu_threads
 from laya.memory.modelfile import ModelInfo
 
 if TYPE_CHECKING:
     from laya.config import Settings
 
-__all__ = ["ExtraBuffers", "Plan", "PlanInput", "compute_bytes", "extra_buffers", "kv_cache_bytes", "make_plan", "padded_ctx", "plan_input",
-           "recommend_quant"]
+__all__ = ["ExtraBuffers", "Plan", "PlanInput", "compute_bytes", "extra_buffers", "kv_cache_bytes", "make_plan",
+           "padded_ctx", "plan_input", "recommend_quant", "threads"]
 
 CTX_PAD = 256
 MIN_SHRINK_CTX = 512
@@ -89,6 +89,14 @@ def extra_buffers(setting: str, machine: Machine) -> ExtraBuffers:
         return ExtraBuffers(False, "auto: this CPU has AMX, and llama.cpp's AMX kernels crash on quantised "
                                    "weights (llama.cpp #20824)")
     return ExtraBuffers(True, "auto: no AMX on this CPU; repacked weights speed up Q4_0/Q4_K matrix products")
+
+
+def threads(setting: int | None, machine: Machine) -> Threads:
+    """Resolve ``model.n_threads``: the number set, else one per physical core this process may use."""
+    if setting:
+        return Threads(setting, f"model.n_threads = {setting}")
+    found = machine.threads or cpu_threads()
+    return Threads(found.count, f"model.n_threads unset: {found.reason}")
 
 
 def repacked_bytes(model: ModelInfo, machine: Machine, cpu_layers: range, output_on_cpu: bool) -> int:
@@ -151,6 +159,7 @@ class PlanInput:
     margin: int = 256 * MiB
     n_ubatch: int = 512
     cpu_extra_buffers: Literal["auto", "on", "off"] = "auto"
+    n_threads: int | None = None
 
 
 @dataclass
@@ -194,6 +203,7 @@ class Plan:
     reasons: list[str] = field(default_factory=list)
     options: list[Option] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    threads: Threads | None = None
 
     @property
     def kv_cache(self) -> int:
@@ -227,6 +237,8 @@ class Plan:
                         f"{'yes' if d.fits else 'NO'}")
         rows.append("")
         rows.append(self.extra_buffers.describe())
+        if self.threads is not None:
+            rows.append(self.threads.describe())
         repacked = sum(d.repacked for d in self.devices)
         if repacked:
             rows.append(f"  cpu weights include {mib(repacked)} MiB repacked by llama.cpp beside the mapped file")
@@ -366,7 +378,8 @@ def make_plan(model: ModelInfo, machine: Machine, inp: PlanInput) -> Plan:
     if not machine.gpus:
         machine_text += ", no GPU (CPU plan)"
     plan = Plan("fits", str(model.name or model.path.name), model.file_type, f"{machine_text} ({machine.source})",
-                inp, inp, _usage(model, machine, inp), extra_buffers(inp.cpu_extra_buffers, machine))
+                inp, inp, _usage(model, machine, inp), extra_buffers(inp.cpu_extra_buffers, machine),
+                threads=threads(inp.n_threads, machine))
     if model.truncated:
         plan.warnings.append(f"{model.path} is {model.file_size / MiB:,.0f} MiB but its tensors need "
                              f"{model.weights_bytes / MiB:,.0f} MiB: a truncated download? llama.cpp will not load it")
@@ -434,4 +447,5 @@ def plan_input(settings: Settings, *, ctx: int | None = None, n_seq: int | None 
         margin=settings.memory.margin_mib * MiB,
         n_ubatch=min(settings.runtime.n_batch, 512),
         cpu_extra_buffers=settings.model.cpu_extra_buffers,
+        n_threads=settings.model.n_threads,
     )

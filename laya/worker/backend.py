@@ -84,7 +84,8 @@ class LlamaBackend:
     planner does (:func:`laya.memory.planner.extra_buffers`).
     """
 
-    def __init__(self, settings: Settings, *, n_ctx: int | None = None, extra_buffers: bool | None = None) -> None:
+    def __init__(self, settings: Settings, *, n_ctx: int | None = None, extra_buffers: bool | None = None,
+                 n_threads: int | None = None) -> None:
         import llama_cpp  # heavy native import; only GPU workers pay for it
 
         model = settings.model
@@ -96,6 +97,12 @@ class LlamaBackend:
 
             extra_buffers = decide(model.cpu_extra_buffers, Machine(0, 0, cpu_flags=cpu_flags())).enabled
         self.extra_buffers = extra_buffers
+        if n_threads is None:
+            from laya.memory.machine import Machine
+            from laya.memory.planner import threads
+
+            n_threads = threads(model.n_threads, Machine(0, 0)).count
+        self.n_threads = n_threads
         self.cached_tokens = 0
         """Prompt tokens the prompt cache held for the latest request (not evaluated again)."""
         kv = GGML_KV_TYPE[settings.memory.kv_cache_policy]
@@ -110,7 +117,8 @@ class LlamaBackend:
                     n_batch=settings.runtime.n_batch,
                     n_ubatch=min(settings.runtime.n_batch, 512),
                     n_gpu_layers=model.n_gpu_layers,
-                    n_threads=model.n_threads,
+                    n_threads=n_threads,
+                    n_threads_batch=n_threads,
                     type_k=kv,
                     type_v=kv,
                     flash_attn=kv != GGML_KV_TYPE["f16"],  # llama.cpp needs it for a quantised V cache

@@ -271,10 +271,11 @@ def plan_and_load(settings: Settings, *, force: bool = False,
         n_ctx = plan.planned.ctx
         log.warning("max_seq_len %d does not fit this machine: using %d tokens", settings.runtime.max_seq_len, n_ctx)
     started = time.monotonic()
-    backend = LlamaBackend(settings, n_ctx=n_ctx, extra_buffers=plan.extra_buffers.enabled)
-    log.info("model %s loaded from %s in %.2f s (n_ctx %d, %s); resident memory %.0f MiB, planned %.0f MiB",
-             settings.model.name, settings.model.path, time.monotonic() - started, backend.n_ctx,
-             plan.extra_buffers.describe(), resident_bytes() / MiB, plan.ram_predicted / MiB)
+    backend = LlamaBackend(settings, n_ctx=n_ctx, extra_buffers=plan.extra_buffers.enabled,
+                           n_threads=plan.threads.count if plan.threads is not None else None)
+    log.info("model %s loaded from %s in %.2f s (n_ctx %d, %s, %d CPU threads); resident memory %.0f MiB, "
+             "planned %.0f MiB", settings.model.name, settings.model.path, time.monotonic() - started, backend.n_ctx,
+             plan.extra_buffers.describe(), backend.n_threads, resident_bytes() / MiB, plan.ram_predicted / MiB)
     return backend, plan
 
 

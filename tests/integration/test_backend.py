@@ -144,3 +144,12 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_bytes(b"GGUF but not really")
     with pytest.raises(ModelLoadError, match="could not load"):
         backend_for(bad)
+
+
+def test_llama_cpp_runs_one_thread_per_usable_core_unless_configured(tiny_model: Path) -> None:
+    from laya.memory.machine import cpu_threads
+
+    unset = LlamaBackend(Settings.model_validate({"model": {"path": str(tiny_model)}}))
+    assert unset.llm.n_threads == unset.llm.n_threads_batch == cpu_threads().count
+    one = LlamaBackend(Settings.model_validate({"model": {"path": str(tiny_model), "n_threads": 1}}))
+    assert one.llm.n_threads == one.llm.n_threads_batch == 1
