@@ -85,8 +85,8 @@ def fill_cache(url: str, prompts: list[str], max_tokens: int) -> None:
     from laya.connection import open_redis
     from laya.keys import Keys
     from laya.router.cache import cache_key
-    from laya.router.text import normalise
     from laya.schema import Request
+    from laya.text import normalise
 
     redis, keys = open_redis(url), Keys()
     answer = orjson.dumps({"text": "x" * max_tokens, "model": "default", "finish_reason": "length",

@@ -4,7 +4,7 @@
     python bench/gpu.py --model my.gguf     # your own model instead of the generated one
 
 The model is generated: Qwen2.5-7B-Instruct's shapes in Q4_K_M (4.4 GiB; random
-steered weights whose answers never end, :mod:`laya.worker.shapedmodel`), so decoding
+steered weights whose answers never end, :mod:`tests.shapedmodel`), so decoding
 always runs to ``max_tokens``. Both sides load it with every layer on the GPU,
 n_ctx 2048, n_batch 512, f16 KV cache, each in its own process, one after the other:
 

@@ -4,7 +4,7 @@
     python bench/load_probe.py --gpu-layers -1 --shape qwen2.5-7b --out bench/results/load_probe_cuda.md
 
 Each case runs in a fresh process (a crash in llama.cpp kills the whole process):
-it loads a generated model with real shapes (:mod:`laya.worker.shapedmodel`, answers that
+it loads a generated model with real shapes (:mod:`tests.shapedmodel`, answers that
 never stop), evaluates a 64-token prompt and decodes ``--tokens`` tokens greedily,
 and reports how it ended (``ok``, or the signal that killed it), the load time and
 the decode rate. The cases vary what issue 12 suspected: llama.cpp's CPU extra

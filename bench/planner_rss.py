@@ -4,7 +4,7 @@
 
 For a generated ~60 MB F16 model (512-dim, 8 layers) at three context sizes,
 and for models with real shapes and quantisations (Qwen2.5-1.5B in Q4_K_M and
-Qwen3-0.6B in Q8_0, all layers, laya.worker.shapedmodel) with llama.cpp's CPU extra
+Qwen3-0.6B in Q8_0, all layers, tests.shapedmodel) with llama.cpp's CPU extra
 buffers on and off, each measurement runs in a fresh process that does what `laya worker` does —
 imports, plans, loads the model through the worker's own loading code — then
 generates once (so compute buffers and the KV cache are touched) and reads

@@ -2,7 +2,7 @@
 
     python bench/semantic_cache.py                                        # writes bench/results/semantic_cache.md
     python bench/semantic_cache.py --mrpc msr_paraphrase_test.txt         # also a public set nobody here wrote
-    laya bench semantic --pairs tests/data/semantic_pairs.jsonl --json    # one set
+    python bench/semantic_pairs.py tests/data/semantic_pairs.jsonl --json  # one set
 
 The sets, in tests/data/:
 
@@ -100,8 +100,9 @@ def labelled_paths(mrpc: Path | None, tmp: Path, *, mrpc_name: str = "MRPC test 
 
 
 def main() -> None:
+    from semantic_pairs import run_pair_bench
+
     from laya.config import RouterConfig
-    from laya.ops.pairbench import run_pair_bench
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mrpc", type=Path, help="MRPC's msr_paraphrase_test.txt, to run beside the sets here")

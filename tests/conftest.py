@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,10 @@ from laya.worker.tinymodel import TinyModelSpec, write_tiny_model
 
 if TYPE_CHECKING:
     from tests.sentinels import SentinelSet
+
+# The benchmark programs' modules (bench/routing.py ...), for the tests of what they measure: they import each other
+# by name, as `python bench/<name>.py` runs them. Appended, so that no installed module is shadowed.
+sys.path.append(str(Path(__file__).resolve().parent.parent / "bench"))
 
 # The laya processes tests start would each try the default metrics port (9464) and all but the first log
 # "address in use": metrics are off unless a test asks for its own port (tests/integration/test_operations.py).

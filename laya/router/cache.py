@@ -18,11 +18,11 @@ from typing import Any
 import orjson
 
 from laya.contract import CachedAnswer
-from laya.router.text import normalise
 from laya.schema import Request
 from laya.structured import canonical
+from laya.text import normalise
 
-__all__ = ["LocalCache", "cache_key", "generation_params"]
+__all__ = ["LocalCache", "cache_key", "generation_params", "scope_of"]
 
 
 def cache_key(request: Request, model: str, max_tokens: int, normalised: str | None = None) -> str:
@@ -47,6 +47,11 @@ def generation_params(request: Request, model: str, max_tokens: int) -> list[Any
     parameters, the stop strings and the response format (schema included)."""
     return [model, max_tokens, request.temperature, request.top_p, request.top_k, request.repeat_penalty,
             request.seed, request.stop, canonical(request.response_format)]
+
+
+def scope_of(request: Request, model: str, max_tokens: int) -> str:
+    """The semantic cache's bucket of a request: every part of the exact cache key except the text."""
+    return blake2b(orjson.dumps(generation_params(request, model, max_tokens)), digest_size=12).hexdigest()
 
 
 class LocalCache:

@@ -5,9 +5,9 @@ stages; the first stage that answers a request ends it:
 
     decode → rules → cache → intents → semantic cache → admission → enqueue
 
-The intents stage (rules matched by their ``examples``, :mod:`laya.router.intents`)
-and the semantic cache (:mod:`laya.router.semcache`) need the embedding model; if it
-is not needed or cannot be loaded they do nothing.
+The intents stage (rules matched by their ``examples``, :mod:`laya.semantic.intents`)
+and the semantic cache (:mod:`laya.semantic.semcache`) need the embedding model; if it
+is not needed or cannot be loaded they do nothing, and :mod:`laya.semantic` is not imported.
 
 Each model has one RQ queue per priority lane (high, normal, bulk); admission
 bounds each lane on its own, so a flood of bulk work never refuses a high
@@ -54,20 +54,22 @@ from laya.keys import Keys
 from laya.metrics import RouterMetrics, new_registry, serve
 from laya.results import ResultStore
 from laya.router.cache import LocalCache
-from laya.router.embedder import semantic_embedder
-from laya.router.intents import IntentIndex, IntentStage
 from laya.router.latency import LatencyWindow
 from laya.router.reaper import Reaper
-from laya.router.rules import RuleSet, load_rules, why_no_rules
-from laya.router.semcache import SemanticCache, SemanticCacheStage
+from laya.router.rules import Rule, RuleSet, load_rules, why_no_rules
 from laya.router.stages import (
     AdmissionStage,
     CacheStage,
     DecodeStage,
     Flight,
+    IntentStage,
     QueueId,
     RulesStage,
+    SemanticCacheStage,
     Stage,
+    intent_index,
+    semantic_cache,
+    semantic_embedder,
 )
 from laya.schema import LANES
 from laya.streaming import add_end
@@ -76,6 +78,8 @@ from laya.wire import Wire
 if TYPE_CHECKING:
     from redis import Redis
     from redis.client import Pipeline
+
+    from laya.semantic.intents import IntentIndex
 
 __all__ = ["Flight", "Router", "run_router"]
 
@@ -112,10 +116,8 @@ class Router:
         self.cache_stage = CacheStage(LocalCache(cfg.cache_size, cfg.cache_ttl_s), self.keys)
         self.embedder = semantic_embedder(settings, self.rules_stage.rules)
         self.intent_stage = IntentStage(self._intents(self.rules_stage.rules), self.cache_stage.run)
-        self.semantic_stage = SemanticCacheStage(
-            SemanticCache(self.embedder, threshold=cfg.semantic_threshold, capacity=cfg.semantic_cache_size)
-            if self.embedder is not None and settings.semantic_models else None,
-            self.keys, settings.semantic_models)
+        self.semantic_stage = SemanticCacheStage(semantic_cache(settings, self.embedder), self.keys,
+                                                 settings.semantic_models)
         self.queues: dict[QueueId, Queue] = {
             (name, lane): Queue(self.keys.queue_name(name, lane), connection=redis, serializer="json")
             for name in settings.model_names for lane in LANES}
@@ -184,11 +186,9 @@ class Router:
         log.info("rules reloaded: %d rules from %s", len(new), new.source)
         return True
 
-    def _intents(self, rules: RuleSet) -> IntentIndex | None:
+    def _intents(self, rules: RuleSet) -> IntentIndex[Rule] | None:
         """The examples of ``rules``, embedded; ``None`` when none has examples or there is no embedder."""
-        if self.embedder is None or not any(rule.spec.examples for rule in rules.rules):
-            return None
-        return IntentIndex(rules, self.embedder, default_threshold=self.settings.router.intent_threshold)
+        return intent_index(rules, self.embedder, threshold=self.settings.router.intent_threshold)
 
     # -- the loop ------------------------------------------------------------
 

@@ -9,7 +9,7 @@ text one way:
 * ``regex``   — a Python regular expression ``search``es the text.
 
 A rule may also list ``examples``: sentences of its intent, matched by
-meaning when no pattern of any rule matched (:mod:`laya.router.intents`).
+meaning when no pattern of any rule matched (:mod:`laya.semantic.intents`).
 
 A rule either ``reply``\\ s with a template (``$prompt``, ``$match``, ``$id``) or
 sends the request to a named ``model``.
@@ -30,8 +30,6 @@ literal; regexes without one run on every text.
 from __future__ import annotations
 
 import re
-import re._constants as sre_constants
-import re._parser as sre_parser
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from laya.config import format_validation_error, read_toml
 from laya.errors import ConfigError
-from laya.router.text import normalise
+from laya.text import normalise, required_literal
 
 __all__ = ["EXAMPLE_ROUTES", "Match", "Rule", "RuleSet", "RuleSpec", "RulesFile", "load_rules", "why_no_rules"]
 
@@ -203,41 +201,6 @@ class RuleSet:
         if len(candidates) > 1:
             candidates.sort(key=lambda item: item[0])
         return candidates
-
-
-def required_literal(pattern: re.Pattern[str], minimum: int = 3) -> str | None:
-    """The longest literal every match of ``pattern`` contains (case-folded under IGNORECASE), if any.
-
-    Walks the parsed pattern's top-level sequence: runs of literal characters
-    count, groups and repeats with a minimum of one are entered, anything
-    optional or alternative ends a run. ``None`` when no run reaches ``minimum``.
-    """
-    try:
-        parsed = sre_parser.parse(pattern.pattern, pattern.flags)
-    except Exception:  # noqa: BLE001 - the pattern compiled; a parser quirk only costs the prefilter
-        return None
-    runs: list[str] = []
-
-    def walk(items: object) -> None:
-        current: list[str] = []
-        for op, arg in items:  # type: ignore[attr-defined]
-            if op is sre_constants.LITERAL:
-                current.append(chr(arg))
-                continue
-            runs.append("".join(current))
-            current = []
-            if op is sre_constants.SUBPATTERN:
-                if not arg[1] & re.IGNORECASE:  # a scoped (?i:...) matches other cases than its literals
-                    walk(arg[-1])
-            elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and arg[0] >= 1:
-                walk(arg[2])
-        runs.append("".join(current))
-
-    walk(parsed)
-    best = max(runs, key=len, default="")
-    if len(best) < minimum:
-        return None
-    return best.casefold() if pattern.flags & re.IGNORECASE else best
 
 
 def _whole_words(text: str, start: int, end: int) -> bool:

@@ -8,10 +8,11 @@ they decided in one write.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,16 +22,25 @@ from laya.codec import Limits, decode_request, error_fields, salvage_identity
 from laya.contract import CachedAnswer
 from laya.errors import Expired, RequestError
 from laya.keys import Keys
-from laya.router.cache import LocalCache, cache_key
-from laya.router.rules import RuleSet
-from laya.router.text import normalise
+from laya.router.cache import LocalCache, cache_key, scope_of
+from laya.router.rules import Rule, RuleSet
 from laya.schema import Request
+from laya.text import normalise
 
 if TYPE_CHECKING:
     from redis import Redis
 
-__all__ = ["AdmissionStage", "CacheStage", "DecodeStage", "Flight", "QueueId", "RulesStage", "Stage",
-           "accepted_at"]
+    from laya.config import Settings
+    from laya.semantic.embedder import TextEmbedder
+    from laya.semantic.intents import IntentIndex
+    from laya.semantic.semcache import SemanticCache
+
+__all__ = ["AdmissionStage", "CacheStage", "DecodeStage", "Flight", "IntentStage", "QueueId", "RulesStage",
+           "SemanticCacheStage", "Stage", "accepted_at", "intent_index", "semantic_cache", "semantic_embedder",
+           "wants_semantic"]
+
+log = logging.getLogger("laya.router.stages")
+
 
 @dataclass(slots=True)
 class Flight:
@@ -57,7 +67,7 @@ class Flight:
     route_ns: int = 0
     """From the batch read to this request's decision: its own decision plus the batch's wait."""
     decide_ns: int = 0
-    """This request's own decision (hand-on, rules, cache look-up), as ``laya bench routing`` times it."""
+    """This request's own decision (hand-on, rules, cache look-up), as ``bench/routing.py`` times it."""
     rule_matched: bool = False
     """A rule matched (even one that only chose the model): the intents stage leaves the request alone."""
     semantic_scope: str | None = None
@@ -118,7 +128,7 @@ class DecodeStage:
             flight.decide_ns += clock() - start
 
     def accept(self, flight: Flight, request: Request) -> None:
-        """Hand a decoded request on to the next stages (``laya bench routing`` starts here)."""
+        """Hand a decoded request on to the next stages (``bench/routing.py`` times from here)."""
         flight.request = request
         flight.request_id, flight.reply_to = request.id, request.reply_to
         flight.model = request.model or self.default_model
@@ -203,6 +213,131 @@ class RulesStage:
                                              request_id=flight.request_id)
                     flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule")
             flight.decide_ns += clock() - start
+
+
+class IntentStage:
+    """After the exact cache: match the requests no pattern matched and no cached answer answered.
+
+    Running after the exact cache keeps a cached answer from paying for an
+    embedding. An intent that sends a request to another model changes its
+    exact cache key: those requests go through the exact cache stage again
+    (``recheck``), under their new model.
+    """
+
+    name = "intents"
+
+    def __init__(self, index: IntentIndex[Rule] | None, recheck: Callable[[Sequence[Flight], Redis], None]) -> None:
+        self.index = index
+        """``None``: no rule has examples, or the embedder is unavailable; the stage does nothing."""
+        self.recheck = recheck
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        index = self.index  # one reference per batch: a reload swaps it between batches
+        if index is None:
+            return
+        moved = []
+        for flight in flights:
+            if not flight.open or flight.request is None or flight.rule_matched:
+                continue
+            match = index.match(flight.normalised)
+            if match is None:
+                continue
+            flight.rule_matched = True
+            spec = match.rule.spec
+            if spec.model is not None:
+                if spec.model != flight.model:
+                    flight.model = spec.model
+                    flight.cache_key = None
+                    moved.append(flight)
+                continue
+            if flight.request.response_format is not None:
+                continue  # a reply template is text, not the JSON asked for: the model answers
+            text = match.rule.render(prompt=flight.request.text, matched=match.example, request_id=flight.request_id)
+            flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule",
+                          similarity=match.similarity)
+        if moved:
+            self.recheck(moved, redis)
+
+
+def wants_semantic(request: Request) -> bool:
+    """The request asked for the semantic cache and is a prompt (a chat never is matched by meaning)."""
+    return request.cache == "semantic" and request.prompt is not None
+
+
+class SemanticCacheStage:
+    """After the exact cache: answer ``cache: "semantic"`` prompts from the semantic cache.
+
+    It reads the semantic log only for a batch holding such a request (one
+    XREAD), and marks the misses so the worker records their answers.
+    """
+
+    name = "semantic_cache"
+
+    def __init__(self, cache: SemanticCache | None, keys: Keys, models: frozenset[str]) -> None:
+        self.cache = cache
+        """``None``: no model allows it, or the embedder is unavailable; the stage does nothing."""
+        self.keys = keys
+        self.models = models
+
+    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
+        cache = self.cache
+        if cache is None:
+            return
+        wanted = [f for f in flights if f.open and f.request is not None and f.model in self.models
+                  and wants_semantic(f.request)]
+        if not wanted:
+            return
+
+        cache.read_log(redis, self.keys)
+        for flight in wanted:
+            assert flight.request is not None
+            scope = scope_of(flight.request, flight.model, flight.max_tokens)
+            hit = cache.lookup(scope, flight.request.text)
+            if hit is None:
+                flight.semantic_scope = scope
+                continue
+            flight.answer(route="cache:semantic", ok=True, similarity=hit.similarity, **hit.answer.as_dict())
+
+
+def semantic_embedder(settings: Settings, rules: RuleSet) -> TextEmbedder | None:
+    """The embedder the semantic stages need, or ``None`` when they are off; :mod:`laya.semantic` is imported
+    only when they are on.
+
+    Off when ``router.semantic`` is false, when nothing uses it (no rule has
+    examples, no model allows the semantic cache), or when it fails to load:
+    then one line says why, and the router serves exact routing only.
+    """
+    if not settings.router.semantic:
+        return None
+    if not settings.semantic_models and not any(rule.spec.examples for rule in rules.rules):
+        return None
+    from laya.semantic.embedder import EmbedderUnavailable, load_embedder
+
+    try:
+        return load_embedder(settings.router.embedder_dir)
+    except EmbedderUnavailable as exc:
+        log.error("semantic stages off (rule examples and the semantic cache; exact routing goes on): %s",
+                  exc.message)
+        return None
+
+
+def intent_index(rules: RuleSet, embedder: TextEmbedder | None, *, threshold: float) -> IntentIndex[Rule] | None:
+    """The examples of ``rules``, embedded; ``None`` when none has examples or there is no embedder."""
+    if embedder is None or not any(rule.spec.examples for rule in rules.rules):
+        return None
+    from laya.semantic.intents import IntentIndex
+
+    return IntentIndex(rules.rules, embedder, default_threshold=threshold)
+
+
+def semantic_cache(settings: Settings, embedder: TextEmbedder | None) -> SemanticCache | None:
+    """The semantic cache's index, or ``None`` when there is no embedder or no model allows it."""
+    if embedder is None or not settings.semantic_models:
+        return None
+    from laya.semantic.semcache import SemanticCache
+
+    cfg = settings.router
+    return SemanticCache(embedder, threshold=cfg.semantic_threshold, capacity=cfg.semantic_cache_size)
 
 
 QueueId = tuple[str, str]

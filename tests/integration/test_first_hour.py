@@ -366,7 +366,7 @@ def test_plan_on_a_shipped_config_names_the_demo_model_it_could_plan(tmp_path: P
 
 
 @pytest.mark.parametrize("argv", [["plan", "--ctx", "0"], ["plan", "--parallel", "0"], ["init", "--ctx", "-5"],
-                                  ["demo", "--requests", "-1"], ["bench", "routing", "--requests", "0"]])
+                                  ["demo", "--requests", "-1"]])
 def test_a_count_of_nothing_is_refused_with_the_option_and_the_value(argv: list[str],
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # `laya demo --requests -1` ran and said "0 for the model"; `laya plan --ctx 0` planned for 2048.

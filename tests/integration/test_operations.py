@@ -168,7 +168,7 @@ def test_stats_health_and_a_worker_that_dies(redis: Redis, stack: Any) -> None:
                                "oldest_age_s": None} for lane in ("high", "normal", "bulk")]
     worker = snap["workers"][0]
     assert worker["jobs_done"] == 1 and worker["plan"] == "fits" and worker["ram_used_bytes"] > 0
-    # The decision is the request's own, as `laya bench routing` times it: not the batch wait around it.
+    # The decision is the request's own, as `bench/routing.py` times it: not the batch wait around it.
     assert 0 < snap["decision_us"]["p50"] < snap["batch_us"]["p50"]
 
     text = laya(env, "stats").stdout

@@ -1,6 +1,6 @@
 """The worker on models with real architectures' shapes and quantisations, not only the tiny F16 one.
 
-The models are written by the test session (laya.worker.shapedmodel): two layers of Qwen2.5-1.5B in Q4_K_M
+The models are written by the test session (tests.shapedmodel): two layers of Qwen2.5-1.5B in Q4_K_M
 (GQA 12/2, a 151,936-token vocabulary, Q4_K with Q6_K) and of Qwen3-0.6B in Q8_0 (Q/K norms, a head
 size of 128 that is not 1024/16). Their answers are steered, so each test knows the exact text.
 

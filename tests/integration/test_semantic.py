@@ -119,9 +119,9 @@ def test_an_embedder_that_fails_to_load_turns_the_semantic_stages_off_and_exact_
         update={"embedder_dir": tmp_path / "no-weights-here"})})
     client = Client(redis)
     ids = [client.submit(text, cache="semantic") for text in ("hello", "Where is my parcel now?")]
-    with caplog.at_level(logging.ERROR, logger="laya.router.embedder"):
+    with caplog.at_level(logging.ERROR, logger="laya.router.stages"):
         router = route_all(broken, redis)
-    lines = [r for r in caplog.records if r.name == "laya.router.embedder"]
+    lines = [r for r in caplog.records if r.name == "laya.router.stages"]
     assert len(lines) == 1 and "semantic stages off" in lines[0].getMessage()
     assert "exact routing goes on" in lines[0].getMessage()
     assert router.intent_stage.index is None and router.semantic_stage.cache is None

@@ -4,8 +4,8 @@ import time
 
 from laya.contract import CachedAnswer, cacheable
 from laya.router.cache import LocalCache, cache_key
-from laya.router.text import normalise
 from laya.schema import Request
+from laya.text import normalise
 
 
 def key(**fields: object) -> str:

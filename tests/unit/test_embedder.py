@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from laya.router.embedder import Embedder, load_embedder
-from laya.router.text import normalise
+from laya.semantic.embedder import Embedder, load_embedder
+from laya.text import normalise
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 
@@ -65,7 +65,7 @@ def test_numbers_are_read_digit_by_digit_as_the_tokenizer_does_and_stay_out_of_t
 
 
 def test_the_kernels_row_sum_is_numpys(embedder: Embedder) -> None:
-    from laya.router.embedder import _scan
+    from laya.semantic.embedder import _scan
 
     if _scan is None or not _scan.supported():
         pytest.skip("the C kernel is not built, or this CPU runs none of its kernels")

@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from laya.router.embedder import load_embedder
-from laya.router.intents import IntentIndex
-from laya.router.opposites import clash, polarity
 from laya.router.rules import RuleSet, RuleSpec
-from laya.router.text import normalise
+from laya.semantic.embedder import load_embedder
+from laya.semantic.intents import IntentIndex
+from laya.semantic.opposites import clash, polarity
+from laya.text import normalise
 
 EMBEDDER = load_embedder()
 DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def index(*specs: RuleSpec, threshold: float = 0.85) -> IntentIndex:
-    return IntentIndex(RuleSet(list(specs)), EMBEDDER, default_threshold=threshold)
+    return IntentIndex(RuleSet(list(specs)).rules, EMBEDDER, default_threshold=threshold)
 
 
 TRACK = RuleSpec(name="track", examples=["where is my parcel", "track my order", "when will my package arrive"],

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from redis import Redis
+from routing import DECIDING_STAGES, deciding_stages
 
 from laya.config import Settings
-from laya.ops.benchmark import DECIDING_STAGES, deciding_stages
 from laya.router.ingress import Router
 from laya.router.rules import RuleSet
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from laya.errors import ConfigError
 from laya.router.rules import RuleSet, RuleSpec, load_rules
-from laya.router.text import normalise
+from laya.text import normalise
 
 
 def rule(name: str, match: str, *patterns: str, priority: int = 0, reply: str | None = "r",
@@ -58,7 +58,7 @@ def test_priority_then_file_order() -> None:
 def test_regex_prefilter_keeps_results_and_skips_regexes_whose_literal_is_absent() -> None:
     import re as stdlib_re
 
-    from laya.router.rules import required_literal
+    from laya.text import required_literal
 
     assert required_literal(stdlib_re.compile(r"order #\d+")) == "order #"
     assert required_literal(stdlib_re.compile(r"(?i)Status of ORDER")) == "status of order"

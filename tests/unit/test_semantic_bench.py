@@ -1,8 +1,8 @@
-"""`laya bench routing --semantic` times the stages the router runs, on a router that holds intents."""
+"""`bench/semantic_routing.py` times the stages the router runs, on a router that holds intents."""
 
 from __future__ import annotations
 
-from laya.ops.benchmark import run_semantic_routing_bench
+from semantic_routing import run_semantic_routing_bench
 
 
 def test_the_semantic_routing_bench_times_each_stage_of_the_router() -> None:

@@ -1,4 +1,4 @@
-"""The K-quant and Q8_0 encoders of laya.worker.shapedmodel against gguf's own decoders."""
+"""The K-quant and Q8_0 encoders of tests.shapedmodel against gguf's own decoders."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laya.router.embedder import load_embedder
-from laya.router.vectorindex import VectorIndex, _scan, kernel_available
+from laya.semantic.embedder import load_embedder
+from laya.semantic.vectorindex import VectorIndex, _scan, kernel_available
 
 
 @pytest.fixture(params=["numpy", "avx2", "avx512-vnni"])
@@ -126,7 +126,7 @@ def test_the_kernel_is_built_where_the_cpu_runs_it() -> None:
     flags = next((line for line in cpuinfo if line.startswith("flags")), "").split()
     if not {"avx2", "fma"} <= set(flags):
         pytest.skip("this CPU has no AVX2")
-    assert kernel_available(), "laya/router/_scan.c was not built: is a C compiler installed? (pip install -e .)"
+    assert kernel_available(), "laya/semantic/_scan.c was not built: is a C compiler installed? (pip install -e .)"
     assert _scan is not None
     best = "avx512-vnni" if {"avx512f", "avx512bw", "avx512_vnni"} <= set(flags) else "avx2"
     assert _scan.kernel() == best
@@ -136,7 +136,7 @@ def test_the_kernel_pays_for_rounding_the_query(kernel: bool) -> None:
     # The kernel rounds the query to 16 bits. Rows whose bytes all lean the way that rounding lost make the
     # rounded dot fall short of the true one by about 8e-5 here; each row's floor is 1e-6 under its true
     # bound, so a kernel that did not add the query's rounding error would drop them.
-    from laya.router.vectorindex import _Packed
+    from laya.semantic.vectorindex import _Packed
 
     if not kernel:
         pytest.skip("the float path does not round the query")

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
+from semantic_pairs import read_pairs, run_pair_bench
 
 from laya.errors import InvalidRequest
-from laya.ops.pairbench import read_pairs, run_pair_bench
-from laya.router.opposites import clash, polarity
-from laya.router.verifier import _operators, _payload, analyse, verify
+from laya.semantic.opposites import clash, polarity
+from laya.semantic.verifier import _operators, _payload, analyse, verify
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 

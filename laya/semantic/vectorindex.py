@@ -16,7 +16,7 @@ the C kernel below):
    one more row, the query ``|tail(q)|`` as one more entry.
 3. Only the vectors whose bound reaches their threshold are scored in full.
 
-The search runs in C where it can (``laya/router/_scan.c``, built at install
+The search runs in C where it can (``laya/semantic/_scan.c``, built at install
 when a C compiler is there, used on CPUs with AVX2 or AVX-512 VNNI): the
 bound's columns are stored one byte each, a quarter of the float32 bytes, and
 the query is rounded to 16 bits. Each row's threshold is lowered by what
@@ -39,7 +39,7 @@ import numpy.typing as npt
 
 _scan: ModuleType | None
 try:
-    from laya.router import _scan
+    from laya.semantic import _scan
 except ImportError:  # built without a C compiler: numpy computes the bound
     _scan = None
 

@@ -2,15 +2,15 @@
 
 An embedding puts a sentence next to its opposite ("cancel my subscription" /
 "do not cancel my subscription", 0.966 similar). An intent's example may be
-shorter than the request, so the semantic cache's :mod:`~laya.router.verifier`
+shorter than the request, so the semantic cache's :mod:`~laya.semantic.verifier`
 (every content word on both sides) is too strict here; :func:`clash` asks only
 whether the request *contradicts* the example: a negation on one side only
 (also "stop sending", "stop cancel", "rather than", "undo"), opposed words (antonyms, negating
 and opposed prefixes, comparatives, "log in" / "logout"), two words that trade
 places, "to" against "from" the same place, swapped pronoun roles, different
 numbers, a part of the thing the other side names whole ("cancel one item from my order"), the example's thing
-made part of another ("delete my account photo" / "delete my account": :mod:`~laya.router.things`). It shares
-the verifier's word tables and stemmer.
+made part of another ("delete my account photo" / "delete my account": :mod:`~laya.semantic.things`). It shares
+the verifier's word lists (:mod:`~laya.semantic.words`) and stemmer (:mod:`~laya.semantic.stem`).
 
 The example side is prepared once, when the rules load
 (``polarity(example, opposites=True)`` lists every word that would oppose it);
@@ -24,20 +24,19 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from laya.router.things import DETERMINERS, Thing, another_thing, thing_of
-from laya.router.verifier import (
-    ANTONYMS_OF,
+from laya.semantic.stem import past_form, word_stem
+from laya.semantic.things import Thing, another_thing, thing_of
+from laya.semantic.verifier import ANTONYMS_OF, ORDER_REACH, canonical_number
+from laya.semantic.words import (
+    DETERMINERS,
     FUNCTION_WORDS,
     NEGATING_PREFIXES,
     NEGATIONS,
     NUMBER_WORDS,
-    ORDER_REACH,
     POSSESSIVES,
+    REPORTED_PAST,
     ROLES,
     SYMMETRIC,
-    canonical_number,
-    past_form,
-    word_stem,
 )
 
 __all__ = ["Polarity", "clash", "polarity"]
@@ -67,9 +66,9 @@ class Polarity(NamedTuple):
     """The things it takes a part of: (read as written, not by stem; the word; the plural after it, or "")
     ("cancel one item from my order": {(True, "order", "")})."""
     text: str = ""
-    """The text as read (lower case), for :func:`~laya.router.things.another_thing`'s look after a thing."""
+    """The text as read (lower case), for :func:`~laya.semantic.things.another_thing`'s look after a thing."""
     thing: Thing | None = None
-    """Only with ``opposites``: the thing it ends on (:func:`~laya.router.things.thing_of`)."""
+    """Only with ``opposites``: the thing it ends on (:func:`~laya.semantic.things.thing_of`)."""
 
 
 _NOT = re.compile(r"n't\b|\bcannot\b")
@@ -104,8 +103,6 @@ _OWNED = re.compile(r"\b([a-z]+)'s\b")
 _CONTRACTED = frozenset({"it", "that", "what", "where", "who", "how", "when", "there", "here", "he", "she", "let",
                          "this", "why", "everything", "nothing", "something", "today", "tomorrow"})
 """Words whose "'s" is "is", "has" or "us" ("where's my parcel", "let's"), not a possessive."""
-_PAST = frozenset({"already", "been", "was", "were", "did", "had"})
-"""Words that put a request in the past: it reports what happened rather than asks for it."""
 _CONDITION = re.compile(r"\bif\b(?! (possible|you can|you could|you don't mind|you do not mind|needed|necessary)\b)")
 """An "if" that sets a condition, not a polite one ("cancel it if possible")."""
 _DIGITS = re.compile(r"[$€£¥]?\d+(?:[.,]\d+)*(?:[km]\b|%)?")
@@ -117,7 +114,7 @@ _PART = re.compile(r"\b(?:(?<!every )(?P<one>one|single)(?: [a-z]+){0,2} (?:of|f
                    r"|(?:some|several|few|couple)(?: [a-z]+){0,2} from"
                    rf"|(?:(?P<a>an?|the) )?(?:(?:{_PART_NOUNS}) (?:of|from)|(?:photo|picture) from)"
                    rf"|(?<!all )(?<!the )(?<!my )(?<!every )(?<!these )(?<!those )(?:{_PART_NOUNS}|photo|picture)s from)"
-                   r" (?:(?:the|a|an|my|your|our|his|her|their|this|that|these|those) )?"
+                   rf" (?:(?:{'|'.join(sorted(DETERMINERS))}) )?"
                    r"(?!(?:to|into|onto|for|in|on|at|with|from|of|and|or|is|are|was|were|it|them|us|me|you|this|that"
                    r"|these|those|my|your|our|his|her|their|its)\b)"
                    r"(?P<thing>[a-z]+)(?: (?!(?:this|does|yours|ours|hers|theirs|always|perhaps)\b)(?P<plural>[a-z]{3,}s)\b)?")
@@ -232,8 +229,8 @@ def _taken(part: Polarity, whole: Polarity) -> str:
 def clash(request: Polarity, example: Polarity) -> str:
     """Why a request an embedding calls near an example says its opposite, or "" when nothing shows it.
 
-    A subset of :func:`~laya.router.verifier.verify` for matching a request to a rule's examples (``example`` made with
-    ``opposites=True``), where the request may say more than the example but not the opposite: a negation
+    A subset of :func:`~laya.semantic.verifier.verify` for matching a request to a rule's examples (``example``
+    made with ``opposites=True``), where the request may say more than the example but not the opposite: a negation
     on one side only ("cancel my subscription" / "do not cancel my subscription") or two opposed words
     ("turn on dark mode" / "turn off dark mode"), either one on its side only.
     """
@@ -244,8 +241,8 @@ def clash(request: Polarity, example: Polarity) -> str:
     for one, other in ((request, example), (example, request)):
         # "has my order been cancelled", "i already reset my password" / a request to do it; not "is my package
         # delivered" (a past form on the other side too)
-        if not _PAST.isdisjoint(one.words) and _PAST.isdisjoint(other.words) and not _past_form(other):
-            return f"tense: {sorted(_PAST & one.words)} on one side only"
+        if not REPORTED_PAST.isdisjoint(one.words) and REPORTED_PAST.isdisjoint(other.words) and not _past_form(other):
+            return f"tense: {sorted(REPORTED_PAST & one.words)} on one side only"
     if request.owners and example.owners and request.owners != example.owners:  # "my" / "my wife's subscription"
         return f"owners: {sorted(request.owners)} vs {sorted(example.owners)}"
     if not (request.parts and example.parts):  # both taking a part of something: the other checks compare them

@@ -12,7 +12,7 @@ answer never crosses models, schemas or sampling parameters.
 
 **Match.** The nearest stored prompts whose embedding similarity reaches
 ``router.semantic_threshold`` are checked, nearest first, by
-:mod:`laya.router.verifier`; the first that passes answers, with ``route:
+:mod:`laya.semantic.verifier`; the first that passes answers, with ``route:
 "cache:semantic"`` and its ``similarity``. An embedding alone would answer
 "do not refund my order" with the answer to "refund my order".
 
@@ -28,43 +28,27 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from hashlib import blake2b
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 
 from laya.contract import CachedAnswer, SemanticLogEntry
-from laya.router.cache import generation_params
-from laya.router.embedder import TextEmbedder
-from laya.router.verifier import Words, analyse, verify
-from laya.schema import Request
+from laya.semantic.embedder import TextEmbedder
+from laya.semantic.verifier import Words, analyse, verify
 
 if TYPE_CHECKING:
     from redis import Redis
 
     from laya.keys import Keys
-    from laya.router.stages import Flight
 
-__all__ = ["Hit", "SemanticCache", "SemanticCacheStage", "scope_of", "wants_semantic"]
+__all__ = ["Hit", "SemanticCache"]
 
-log = logging.getLogger("laya.router.semcache")
+log = logging.getLogger("laya.semantic.semcache")
 
 _CHECKED = 8
 """Nearest candidates the verifier looks at before the lookup gives up."""
-
-
-def wants_semantic(request: Request) -> bool:
-    """The request asked for the semantic cache and is a prompt (a chat never is matched by meaning)."""
-    return request.cache == "semantic" and request.prompt is not None
-
-
-def scope_of(request: Request, model: str, max_tokens: int) -> str:
-    """The bucket of a request: every part of the exact cache key except the text."""
-    return blake2b(orjson.dumps(generation_params(request, model, max_tokens)), digest_size=12).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,38 +170,3 @@ class SemanticCache:
                 added += 1
             if len(entries) < count:
                 return added
-
-
-
-class SemanticCacheStage:
-    """After the exact cache: answer ``cache: "semantic"`` prompts from the semantic cache.
-
-    It reads the semantic log only for a batch holding such a request (one
-    XREAD), and marks the misses so the worker records their answers.
-    """
-
-    name = "semantic_cache"
-
-    def __init__(self, cache: SemanticCache | None, keys: Keys, models: frozenset[str]) -> None:
-        self.cache = cache
-        """``None``: no model allows it, or the embedder is unavailable; the stage does nothing."""
-        self.keys = keys
-        self.models = models
-
-    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
-        cache = self.cache
-        if cache is None:
-            return
-        wanted = [f for f in flights if f.open and f.request is not None and f.model in self.models
-                  and wants_semantic(f.request)]
-        if not wanted:
-            return
-        cache.read_log(redis, self.keys)
-        for flight in wanted:
-            assert flight.request is not None
-            scope = scope_of(flight.request, flight.model, flight.max_tokens)
-            hit = cache.lookup(scope, flight.request.text)
-            if hit is None:
-                flight.semantic_scope = scope
-                continue
-            flight.answer(route="cache:semantic", ok=True, similarity=hit.similarity, **hit.answer.as_dict())

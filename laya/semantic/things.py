@@ -16,23 +16,31 @@ are the words in "-ing" that name a thing (:data:`_ING_NOUNS`).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
-from laya.router.verifier import (
+from laya.semantic.stem import past_form, word_stem
+from laya.semantic.words import (
     AUXILIARIES,
     COMPARATIVES,
     DATE_WORDS,
+    DETERMINERS,
     FRAMING_VERBS,
     FUNCTION_WORDS,
     NEGATIONS,
-    past_form,
-    word_stem,
 )
 
-if TYPE_CHECKING:
-    from laya.router.opposites import Polarity
+__all__ = ["Read", "Thing", "another_thing", "thing_of"]
 
-__all__ = ["DETERMINERS", "Thing", "another_thing", "thing_of"]
+
+class Read(Protocol):
+    """A text as the check reads it (:class:`laya.semantic.opposites.Polarity`): its words and their stems, and the
+    text itself in lower case."""
+
+    @property
+    def words(self) -> frozenset[str]: ...
+
+    @property
+    def text(self) -> str: ...
 
 
 class Thing(NamedTuple):
@@ -61,8 +69,6 @@ class Thing(NamedTuple):
     """The example's other words with their stems: what a word placed on the thing may be made from."""
 
 
-DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "this", "that", "these",
-                         "those"})
 _SAME_THING = frozenset({
     "please", "pls", "plz", "thanks", "thank", "thx", "cheers", "ok", "okay", "hello", "hi", "lol", "rn", "mate",
     "tho", "now", "asap", "pronto", "again", "too", "also", "already", "instead", "first", "right", "straight",
@@ -212,7 +218,7 @@ def _participle(word: str, then: str | None) -> bool:
         and (word not in _ING_NOUNS or then in _AFTER_PARTICIPLE)
 
 
-def _placed(request: Polarity, thing: Thing) -> str:
+def _placed(request: Read, thing: Thing) -> str:
     """A thing the request places in or on the example's ("delete the photos in my account" / "delete my account"),
     links to it where the example's verb changes the thing itself ("delete the songs from my playlist"), or what the
     example's thing holds ("delete everything in my account"); or ""."""
@@ -272,7 +278,7 @@ def _from_example(word: str, thing: Thing) -> bool:
     return False
 
 
-def another_thing(request: Polarity, example: Polarity, thing: Thing) -> str:
+def another_thing(request: Read, example: Read, thing: Thing) -> str:
     """A thing the example ends on that the request makes part of another ("delete my account" / "delete my account
     photo"), a thing the request places in, on or links to it (:func:`_placed`), or a thing of the example's words of
     which the request names the first only ("delete my profile picture" / "delete my profile"); or ""."""

@@ -1,4 +1,9 @@
-"""``laya bench semantic --pairs FILE.jsonl``: the semantic cache's verdicts on labelled pairs.
+"""The semantic cache's verdicts on labelled pairs, one file at a time.
+
+    python bench/semantic_pairs.py tests/data/semantic_pairs.jsonl           # a table per file
+    python bench/semantic_pairs.py FILE.jsonl --threshold 0.75 --json        # JSON on stdout
+
+``bench/semantic_cache.py`` runs every labelled set of the repository this way and writes their results file.
 
 Each line of the file is ``{"a": ..., "b": ..., "same": true|false}`` (and
 optionally ``"kind"``, a label to break the figures down by). For each pair,
@@ -18,6 +23,8 @@ upper bound on what any embedder put in the content check's place could gain.
 
 from __future__ import annotations
 
+import argparse
+import os
 import statistics
 import time
 from collections import Counter
@@ -28,7 +35,7 @@ from typing import Any
 import orjson
 
 from laya.contract import CachedAnswer
-from laya.errors import FileAccessError, InvalidRequest
+from laya.errors import FileAccessError, InvalidRequest, LayaError
 from laya.router.latency import percentile
 
 __all__ = ["Pair", "PairBench", "read_pairs", "run_pair_bench"]
@@ -138,14 +145,11 @@ class PairBench:
         return "\n".join(rows)
 
 
-def run_pair_bench(path: Path | None, *, threshold: float = 0.7) -> PairBench:
-    from laya.router.embedder import load_embedder
-    from laya.router.semcache import SemanticCache
-    from laya.router.verifier import analyse, verify
+def run_pair_bench(path: Path, *, threshold: float = 0.7) -> PairBench:
+    from laya.semantic.embedder import load_embedder
+    from laya.semantic.semcache import SemanticCache
+    from laya.semantic.verifier import analyse, verify
 
-    if path is None:
-        raise InvalidRequest("give the labelled pairs: --pairs FILE.jsonl (tests/data/semantic_pairs.jsonl is one)",
-                             field="pairs")
     pairs = read_pairs(path)
     embedder = load_embedder()
     answer = CachedAnswer(text="stored", model="bench", finish_reason="stop")
@@ -193,6 +197,31 @@ def run_pair_bench(path: Path | None, *, threshold: float = 0.7) -> PairBench:
                "mean": round(statistics.fmean(samples) / 1000, 2)}
     same = sum(p.same for p in pairs)
     return PairBench(str(path), threshold, len(pairs), same, len(pairs) - same, hits, wrong, only_hits, only_wrong,
-                     loose_hits, loose_wrong, other_hits, other_wrong, latency, {kind: {"pairs": c["pairs"], "same": c["same"], "hits": c["hits"],
-                                      "wrong_hits": c["wrong_hits"]} for kind, c in kinds.items()},
+                     loose_hits, loose_wrong, other_hits, other_wrong, latency,
+                     {kind: {"pairs": c["pairs"], "same": c["same"], "hits": c["hits"], "wrong_hits": c["wrong_hits"]}
+                      for kind, c in kinds.items()},
                      dict(rejections), wrong_examples)
+
+
+def main() -> None:
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `laya router` runs (laya/cli.py says why)
+    from laya.config import RouterConfig
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("pairs", type=Path, nargs="+", metavar="FILE.jsonl",
+                        help='labelled pairs, one {"a": ..., "b": ..., "same": true|false} per line')
+    parser.add_argument("--threshold", type=float, metavar="SIM",
+                        help="embedding similarity before the verifier (default: router.semantic_threshold)")
+    parser.add_argument("--json", action="store_true", help="the figures as JSON on stdout, one object a file")
+    args = parser.parse_args()
+    threshold = args.threshold if args.threshold is not None else RouterConfig().semantic_threshold
+    for path in args.pairs:
+        try:
+            result = run_pair_bench(path, threshold=threshold)
+        except LayaError as exc:
+            parser.exit(2, f"{parser.prog}: {exc.message}\n")
+        print(orjson.dumps(result.as_dict()).decode() if args.json else result.table())
+
+
+if __name__ == "__main__":
+    main()

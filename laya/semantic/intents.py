@@ -11,7 +11,7 @@ An example near enough does not count when the request says its opposite: a
 negation on one side only ("do not", "stop sending", "rather than"), two
 opposed words ("earlier" / "later", "log in" / "logout"), or two words that
 trade places ("from low to high"). "cancel my subscription" / "do not cancel
-my subscription" are 0.966 similar; :func:`~laya.router.opposites.clash` tells
+my subscription" are 0.966 similar; :func:`~laya.semantic.opposites.clash` tells
 them apart. Such a request goes on
 to the model, as an exact-path miss would.
 
@@ -21,47 +21,63 @@ among equals the one with the nearest example. The answer is the rule's own
 ``similarity`` in the result.
 
 Every example of every rule is embedded once, when the rules are loaded, into
-one :class:`~laya.router.vectorindex.VectorIndex`.
+one :class:`~laya.semantic.vectorindex.VectorIndex`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from laya.router.embedder import TextEmbedder
-from laya.router.opposites import clash, polarity
-from laya.router.rules import Rule, RuleSet
-from laya.router.text import normalise
-from laya.router.vectorindex import VectorIndex
+from laya.semantic.embedder import TextEmbedder
+from laya.semantic.opposites import clash, polarity
+from laya.semantic.vectorindex import VectorIndex
+from laya.text import normalise
 
-if TYPE_CHECKING:
-    from redis import Redis
+__all__ = ["Intent", "IntentIndex", "IntentMatch"]
 
-    from laya.router.stages import Flight
 
-__all__ = ["IntentIndex", "IntentMatch", "IntentStage"]
+class _Spec(Protocol):
+    @property
+    def examples(self) -> Sequence[str]: ...
+
+    @property
+    def threshold(self) -> float | None: ...
+
+
+class Intent(Protocol):
+    """A rule as the index reads it (:class:`laya.router.rules.Rule`): its examples and threshold, and its rank
+    (lower first)."""
+
+    @property
+    def spec(self) -> _Spec: ...
+
+    @property
+    def rank(self) -> int: ...
+
+
+R = TypeVar("R", bound=Intent)
 
 
 @dataclass(frozen=True, slots=True)
-class IntentMatch:
-    rule: Rule
+class IntentMatch(Generic[R]):
+    rule: R
     example: str
     similarity: float
 
 
-class IntentIndex:
-    """Every example of a rule set, embedded; immutable (a reload builds a new one)."""
+class IntentIndex(Generic[R]):
+    """Every example of a rule set (its rules in rank order), embedded; immutable (a reload builds a new one)."""
 
-    def __init__(self, rules: RuleSet, embedder: TextEmbedder, *, default_threshold: float) -> None:
+    def __init__(self, rules: Iterable[R], embedder: TextEmbedder, *, default_threshold: float) -> None:
         self.embedder = embedder
-        self._rules: list[Rule] = []
+        self._rules: list[R] = []
         self._examples: list[str] = []
         owners, thresholds = [], []
-        for rule in rules.rules:
+        for rule in rules:
             for example in rule.spec.examples:
                 owners.append(len(self._rules))
                 thresholds.append(rule.spec.threshold or default_threshold)
@@ -83,7 +99,7 @@ class IntentIndex:
     def rules(self) -> int:
         return len(self._rules)
 
-    def match(self, text: str) -> IntentMatch | None:
+    def match(self, text: str) -> IntentMatch[R] | None:
         """The best-ranked rule with an example near enough to normalised ``text``, and its nearest example."""
         if not self._examples:
             return None
@@ -95,47 +111,3 @@ class IntentIndex:
             if not clash(said, self._polarity[row]):
                 return IntentMatch(self._rules[self._owner_of[row]], self._examples[row], round(similarity, 4))
         return None
-
-
-class IntentStage:
-    """After the exact cache: match the requests no pattern matched and no cached answer answered.
-
-    Running after the exact cache keeps a cached answer from paying for an
-    embedding. An intent that sends a request to another model changes its
-    exact cache key: those requests go through the exact cache stage again
-    (``recheck``), under their new model.
-    """
-
-    name = "intents"
-
-    def __init__(self, index: IntentIndex | None, recheck: Callable[[Sequence[Flight], Redis], None]) -> None:
-        self.index = index
-        """``None``: no rule has examples, or the embedder is unavailable; the stage does nothing."""
-        self.recheck = recheck
-
-    def run(self, flights: Sequence[Flight], redis: Redis) -> None:
-        index = self.index  # one reference per batch: a reload swaps it between batches
-        if index is None:
-            return
-        moved = []
-        for flight in flights:
-            if not flight.open or flight.request is None or flight.rule_matched:
-                continue
-            match = index.match(flight.normalised)
-            if match is None:
-                continue
-            flight.rule_matched = True
-            spec = match.rule.spec
-            if spec.model is not None:
-                if spec.model != flight.model:
-                    flight.model = spec.model
-                    flight.cache_key = None
-                    moved.append(flight)
-                continue
-            if flight.request.response_format is not None:
-                continue  # a reply template is text, not the JSON asked for: the model answers
-            text = match.rule.render(prompt=flight.request.text, matched=match.example, request_id=flight.request_id)
-            flight.answer(route=f"rule:{spec.name}", ok=True, text=text, finish_reason="rule",
-                          similarity=match.similarity)
-        if moved:
-            self.recheck(moved, redis)

@@ -50,24 +50,56 @@ answer:
 
 The last rule makes the verifier strict: a paraphrase that swaps content
 words with no listed synonym is not a hit (it is asked of the model, as an
-exact-cache miss would be). ``laya bench semantic`` measures what that costs
+exact-cache miss would be). ``bench/semantic_pairs.py`` measures what that costs
 in hits and what it saves in wrong answers.
 """
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-from laya.router.rules import required_literal
+from laya.semantic.stem import word_form, word_stem
+from laya.semantic.words import (
+    ANTONYMS,
+    ARTICLES,
+    AUXILIARIES,
+    CALCULATING,
+    CALENDAR,
+    COMPARATIVE_SYNONYMS,
+    COMPARATIVES,
+    CONTRASTING,
+    COUNTED,
+    DATE_WORDS,
+    DETERMINERS,
+    DIRECTIONS,
+    FIRST_PERSON,
+    FRAMING_VERBS,
+    FUNCTION_WORDS,
+    FUTURE,
+    MODALS,
+    NEGATING_PREFIXES,
+    NEGATIONS,
+    NUMBER_WORDS,
+    ONE_OPENERS,
+    OPTIONAL_QUESTIONS,
+    PAST,
+    POSSESSIVES,
+    PREPOSITIONS,
+    QUESTION_WORDS,
+    ROLES,
+    SAME_PREPOSITION,
+    SCALES,
+    SECOND_PERSON,
+    SYMMETRIC,
+    SYNONYMS,
+    UNITS,
+)
+from laya.text import required_literal
 
-__all__ = ["Verdict", "Words", "analyse", "verify"]
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
+__all__ = ["ANTONYMS_OF", "ORDER_REACH", "Verdict", "Words", "analyse", "canonical_number", "verify"]
 
 
 _CONTRACTIONS = [
@@ -141,152 +173,8 @@ _FRAMES = [(re.compile(pattern), replacement) for pattern, replacement in (
     # Knocked out of a contest is not removed from it ("Who was eliminated from Survivor?").
     (r"\b(was|were|got|get|gets|getting|been|be|is|are) eliminated\b", r"\1 knockedout"))]
 
-FRAMING_VERBS = frozenset({"find", "show", "list", "search", "get", "give", "tell", "convert",
-                           "calculate", "compute"})
-"""Verbs that only ask for the answer ("Show flights to Rome" / "Flights to Rome", "Convert 5 km to miles" /
-"What is 5 km in miles?"): they frame a request, like "please". A verb that acts (book, delete, send) is
-content, and so are "use", "check" and "need" ("How do I use Excel?" is not "How do I get Excel?"); longer
-frames ("explain how", "what are the steps to") are rewritten by ``_FRAMES``."""
-NEGATIONS = frozenset({"not", "no", "never", "without", "none", "nobody", "nothing", "nowhere", "neither", "nor",
-                       "cannot", "lack", "lacks", "lacking", "except", "excluding", "instead", "nope", "nah", "hardly",
-                       # written without the apostrophe ("dont cancel it")
-                       "dont", "doesnt", "didnt", "cant", "wont", "isnt", "arent", "wasnt", "werent", "havent",
-                       "hasnt", "hadnt", "shouldnt", "wouldnt", "couldnt", "mustnt", "neednt"})
-NUMBER_WORDS = {w: str(i) for i, w in enumerate((
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
-    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"))}
-NUMBER_WORDS.update({"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80",
-                      "ninety": "90", "hundred": "100", "thousand": "1000", "million": "1000000",
-                      "billion": "1000000000", "dozen": "12", "half": "0.5", "quarter": "0.25", "double": "x2",
-                      "twice": "x2", "once": "x1", "triple": "x3", "first": "#1", "second": "#2", "third": "#3",
-                      "fourth": "#4", "fifth": "#5", "last": "#-1"})
-_UNITS = {
-    "km": "km", "kilometer": "km", "kilometre": "km", "mile": "mile", "mi": "mile", "m": "m", "meter": "m",
-    "metre": "m", "cm": "cm", "centimeter": "cm", "mm": "mm", "millimeter": "mm", "inch": "inch",
-    "foot": "foot", "feet": "foot", "ft": "foot", "yard": "yard", "kg": "kg", "kilogram": "kg", "kilo": "kg",
-    "g": "g", "gram": "g", "mg": "mg", "lb": "lb", "lbs": "lb", "pound": "lb", "ounce": "oz", "oz": "oz",
-    "ton": "ton", "tonne": "tonne", "celsius": "celsius", "c": "celsius", "fahrenheit": "fahrenheit",
-    "f": "fahrenheit", "kelvin": "kelvin", "degree": "degree", "°": "degree", "liter": "l", "litre": "l", "l": "l",
-    "ml": "ml", "milliliter": "ml", "gallon": "gallon", "cup": "cup", "%": "percent", "percent": "percent",
-    "percentage": "percent", "$": "usd", "dollar": "usd", "usd": "usd", "buck": "usd", "€": "eur", "euro": "eur",
-    "eur": "eur", "£": "gbp", "gbp": "gbp", "sterling": "gbp", "¥": "jpy", "yen": "jpy", "jpy": "jpy",
-    "yuan": "cny", "rmb": "cny", "rupee": "inr", "franc": "chf", "cent": "cent", "penny": "cent", "bitcoin": "btc",
-    "btc": "btc", "second": "s", "sec": "s", "s": "s", "minute": "min", "min": "min", "hour": "h", "hr": "h",
-    "h": "h", "day": "day", "week": "week", "fortnight": "fortnight", "month": "month", "year": "year",
-    "decade": "decade", "century": "century", "ms": "ms", "millisecond": "ms", "kb": "kb", "mb": "mb",
-    "gb": "gb", "tb": "tb", "byte": "byte", "bit": "bit", "mph": "mph", "kmh": "kmh", "kph": "kmh", "hz": "hz",
-    "ghz": "ghz", "mhz": "mhz", "watt": "w", "w": "w", "kw": "kw", "kwh": "kwh", "volt": "v", "v": "v",
-    "amp": "a", "calorie": "kcal", "kcal": "kcal", "acre": "acre", "hectare": "ha", "pixel": "px", "px": "px",
-    "dpi": "dpi",
-}
-DATE_WORDS = _words(
-    "january february march april may june july august september october november december jan feb mar apr jun "
-    "jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu "
-    "thur thurs fri sat sun today tomorrow yesterday tonight morning afternoon evening night noon midnight "
-    "weekend weekday spring summer autumn fall winter now later soon recently currently ago next previous "
-    "daily weekly monthly yearly annual annually hourly am pm christmas easter")
-_CALENDAR = _words(
-    "january february march april may june july august september october november december jan feb mar apr jun "
-    "jul aug sep sept oct nov dec monday tuesday wednesday thursday friday saturday sunday mon tue tues wed thu "
-    "thur thurs fri sat sun")
-"""Names compared by their first three letters ("Tues" / "Tuesday"); other date words whole ("weekend" /
-"weekday", "monthly" / "Monday")."""
-_PAST = frozenset({"did", "was", "were", "had", "ago", "yesterday", "last", "previous", "happened", "used"})
-_FUTURE = frozenset({"will", "shall", "gonna", "tomorrow", "next", "upcoming"})
-COMPARATIVES = _words(
-    "more less fewer most least better best worse worst higher highest lower lowest larger largest smaller "
-    "smallest bigger biggest cheaper cheapest faster fastest slower slowest greater greatest older oldest newer "
-    "newest younger youngest earlier earliest later latest longer longest shorter shortest before after above "
-    "closer closest nearer nearest farther farthest further furthest quicker quickest "
-    "below over under than max maximum min minimum increase decrease exceed exceeds within beyond "
-    "only all every each some many much few several enough too very completely fully entirely totally lot lots")
-_ANTONYMS = [frozenset(pair.split("/")) for pair in (
-    "good/bad", "true/false", "right/wrong", "yes/no", "open/close", "open/closed", "start/stop", "begin/end",
-    "buy/sell", "hot/cold", "warm/cool", "high/low", "big/small", "large/small", "long/short", "fast/slow",
-    "early/late", "old/new", "old/young", "add/remove", "add/delete", "enable/disable", "allow/deny",
-    "allow/block", "accept/reject", "include/exclude", "win/lose", "pass/fail", "win/loss", "on/off", "in/out",
-    "up/down", "left/right", "north/south", "east/west", "safe/dangerous", "healthy/unhealthy", "rich/poor",
-    "love/hate", "like/dislike", "positive/negative", "increase/decrease", "raise/lower", "import/export",
-    "upload/download", "encrypt/decrypt", "lock/unlock", "connect/disconnect", "push/pull", "send/receive",
-    "borrow/lend", "arrive/depart", "arrival/departure", "cheap/expensive", "easy/hard", "easy/difficult",
-    "legal/illegal", "possible/impossible", "light/dark", "light/heavy", "wet/dry", "full/empty", "same/different",
-    "before/after", "above/below", "inside/outside", "first/last", "min/max", "minimum/maximum", "with/without",
-    "always/never", "everyone/nobody", "all/none", "more/less", "most/least", "husband/wife", "male/female",
-    "men/women", "man/woman", "boy/girl", "input/output", "sunrise/sunset", "income/expense", "profit/loss",
-    "debit/credit", "asleep/awake", "alive/dead", "present/absent", "agree/disagree", "visible/hidden",
-    "public/private", "internal/external", "upper/lower", "maximum/minimum", "plus/minus", "sum/difference",
-)]
-NEGATING_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non", "anti", "a", "de", "mis")
-_SYNONYMS = [frozenset(group.split("/")) for group in (
-    "buy/purchase", "fix/repair", "start/begin", "show/display/list", "big/large", "small/little/tiny",
-    "quick/fast/rapid", "car/automobile", "movie/film", "cost/price", "photo/picture/image/pic",
-    "delete/remove/erase", "create/make", "help/assist", "choose/select/pick", "talk/speak", "use/utilize/utilise",
-    "need/require", "find/locate", "answer/reply/respond", "shut/close", "correct/accurate",
-    "summarize/summarise/summary", "recap/summary", "sofa/couch", "phone/telephone/cellphone/mobile",
-    "email/e-mail", "tv/television", "kid/child", "children/kids", "doctor/physician", "shop/store",
-    "mistake/error", "ill/sick", "hi/hello/hey", "thank/thanks", "ok/okay", "maybe/perhaps", "also/too",
-    "job/occupation", "happy/glad", "begin/commence", "end/finish", "send/transmit/email/forward", "send/mail",
-    "book/reserve", "schedule/arrange/plan/organize/organise", "cancel/revoke",
-    "get/obtain/receive", "reset/restore", "go/travel", "meaning/definition/mean/define", "translate/translation",
-    "convert/conversion/converted", "calculate/compute", "check/verify", "way/method", "fast/quickly",
-    "big/huge", "enough/sufficient", "vs/versus", "pc/computer", "website/site",
-    "find/search", "switch/turn", "bad/harmful", "good/beneficial", "reschedule/move",
-    "hotel/accommodation", "money/cash", "plane/aircraft/airplane", "trip/journey", "bike/bicycle",
-    "author/write", "differ/different/difference", "remove/eliminate", "cheap/inexpensive",
-    "dict/dictionary", "create/generate",
-    "leave/depart", "write/draft/compose", "explain/describe",
-)]
-FUNCTION_WORDS = _words(
-    "a an the of to in on at for with by from as into onto about is are be been being am do does this that these "
-    "those there here and or but if then so it its i me my mine myself we us our ours you your yours "
-    "what which who whom whose how to please can could would may might should must shall will "
-    "get got have has having let any some just really actually also very much thing things stuff "
-    "kind sort bit lot lots way ways per yet") | FRAMING_VERBS
-# Negations, tense and modals are compared as classes of their own before a word can count as a stop word.
-FUNCTION_WORDS = FUNCTION_WORDS - NEGATIONS - _PAST - _FUTURE - {"should", "must", "may", "might", "could", "would",
-                                                               "can"}
-# Question words that ask different things: "where is" is not "when is", "how is it made" is not "what is it
-# made of". "How tall" and "what height" ask alike: a frame above rewrites the one into the other.
-_QUESTION_WORDS = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose",
-                   "where": "where", "when": "when", "why": "why", "how": "how", "how_many": "how_many"}
-_OPTIONAL_QUESTIONS = frozenset({"what"})
-"""A question word a request may drop: "What is 15% of 200?" asks what "Calculate 15% of 200" does."""
-_CALCULATING = frozenset({"convert", "calculate", "compute"})
-"""Verbs that ask for an amount: beside one, "how many" may be dropped too ("Convert 5 km to miles" /
-"How many miles is 5 km?"), but not elsewhere ("List the apples" is not "How many apples")."""
-_IRREGULAR = {
-    "taken": "take", "took": "take", "wrote": "write", "written": "write", "made": "make", "gave": "give",
-    "given": "give", "went": "go", "gone": "go", "ran": "run", "saw": "see", "seen": "see", "bought": "buy",
-    "sold": "sell", "sent": "send", "spent": "spend", "built": "build", "brought": "bring", "thought": "think",
-    "found": "find", "told": "tell", "said": "say", "paid": "pay", "kept": "keep", "felt": "feel",
-    "held": "hold", "met": "meet", "won": "win", "lost": "lose", "began": "begin", "begun": "begin",
-    "chose": "choose", "chosen": "choose", "drove": "drive", "driven": "drive", "ate": "eat", "eaten": "eat",
-    "flew": "fly", "flown": "fly", "knew": "know", "known": "know", "grew": "grow", "grown": "grow",
-    "children": "child", "people": "person", "men": "man", "women": "woman", "mice": "mouse", "feet": "foot",
-    "teeth": "tooth", "tyre": "tire", "centre": "center", "theatre": "theater", "grey": "gray",
-    # Adverbs whose adjective asks the same ("Can you safely eat it?" / "Is it safe to eat?"); a general
-    # "-ly" rule would also make "deadly" "dead" and "likely" "like".
-    "safely": "safe", "easily": "easy", "correctly": "correct",
-}
-_DIRECTIONS = frozenset({"from", "to", "into", "than", "vs", "versus"})
-"""Words whose object must be the same on both sides: "from Berlin to Rome" is not "from Rome to Berlin"."""
-_COMPARATIVE_SYNONYMS = {"quicker": "faster", "quickest": "fastest", "nearer": "closer", "nearest": "closest",
-                         "bigger": "larger", "biggest": "largest", "below": "under", "fewer": "less",
-                         "further": "farther", "furthest": "farthest", "lots": "lot", "much": "lot"}
-_MODALS = frozenset({"should", "must", "may", "might", "could", "would", "can"})
-_COUNTED = frozenset({"a", "an", "one", "how_many", "my", "your", "our", "his", "her", "their"})
-"""Words :attr:`Words.follows` records with the word after them."""
-POSSESSIVES = frozenset({"my", "your", "our", "his", "her", "their"})
-_FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "ourselves"})
-_SECOND_PERSON = frozenset({"you", "your", "yours", "yourself"})
-ROLES = (("i", "me"), ("we", "us"), ("he", "him"), ("she", "her"), ("they", "them"))
-"""A pronoun as subject on one side and only as object on the other: "I paid my friend back" / "My friend paid
-me back"."""
-SYMMETRIC = frozenset({"and", "or", "vs", "versus"})
-"""Words that join two things either way round: "Berlin and Paris" is "Paris and Berlin"."""
 ORDER_REACH = 16
 """How many words apart two swapped words may be (a bound on the work a long prompt costs)."""
-_ARTICLE = frozenset({"a", "an", "the"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,47 +235,6 @@ class Verdict:
     """Empty when ``same``; else the first difference found, e.g. ``negation: 0 vs 1``."""
 
 
-def _spelling(word: str) -> str:
-    """One spelling for British and American forms (colour / color, summarise / summarize)."""
-    word = _IRREGULAR.get(word, word)
-    if len(word) > 4 and word.endswith("our"):
-        return word[:-3] + "or"
-    for british, american in (("isation", "ization"), ("ising", "izing"), ("ised", "ized"), ("ise", "ize")):
-        if word.endswith(british) and len(word) > len(british) + 2:
-            return word[: -len(british)] + american
-    return word
-
-
-def word_stem(word: str) -> str:
-    """:func:`_stem_uncached`, remembered for words of ordinary length (a prompt repeats its words)."""
-    return _stem_cached(word) if len(word) <= 64 else _stem_uncached(word)
-
-
-_NOT_PLURALS = frozenset({"https", "ftps", "smtps", "imaps", "ldaps", "mqtts", "news"})
-"""Words that end in "s" and are not the plural of the word without it: "HTTP to HTTPS" is not "HTTPS to HTTP"."""
-
-
-def _stem_uncached(word: str) -> str:
-    word = _spelling(word)
-    if len(word) <= 3 or word in _NOT_PLURALS:
-        return word
-    for suffix, repl in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"), ("xes", "x")):
-        if word.endswith(suffix):
-            return word[: -len(suffix)] + repl
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        word = word[:-1]
-    if word.endswith("ing") and len(word) > 5:
-        word = word[:-3]
-    elif word.endswith("ed") and len(word) > 4:
-        word = word[:-2]
-    if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
-        word = word[:-1]
-    return word.rstrip("e") if len(word) > 3 else word
-
-
-_stem_cached = functools.lru_cache(maxsize=65_536)(_stem_uncached)
-
-
 _THOUSANDS = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 
 
@@ -430,8 +277,6 @@ def _framed(lowered: str) -> str:
 
 
 _CLAUSE = re.compile(r"[.,;!?\n]|\b(?:but|and|or|while|whereas|although|though|however|yet)\b")
-AUXILIARIES = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "has", "have", "had", "can",
-                          "could", "should", "would", "will", "must", "may", "might", "shall"})
 
 
 def _content_stems(text: str) -> frozenset[str]:
@@ -473,7 +318,7 @@ def analyse(text: str) -> Words:
     raw = frozenset(_TOKENS.findall(lowered))
     operators = _operators(lowered) if _OPERATOR_CHARS.search(lowered) else ()
     lowered = _framed(lowered)
-    tokens = [token if token in _QUESTION_WORDS else token.replace("_", " ") for token in
+    tokens = [token if token in QUESTION_WORDS else token.replace("_", " ") for token in
               _TOKENS.findall(lowered)]
     payload = _payload(lowered)
     instruction_end = len(_TOKENS.findall(lowered, 0, payload)) if payload >= 0 else -1
@@ -500,32 +345,32 @@ def analyse(text: str) -> Words:
                 key = "unit:" + unit
             else:
                 if token in DATE_WORDS and (token not in ("am", "pm") or after_number):
-                    dates.add(token[:3] if token in _CALENDAR else token)
-                    if token in _CALENDAR:  # "ends May 5, starts June 5" / "ends June 5, starts May 5"
+                    dates.add(token[:3] if token in CALENDAR else token)
+                    if token in CALENDAR:  # "ends May 5, starts June 5" / "ends June 5, starts May 5"
                         key = "date:" + token[:3]
-                if token in _PAST:
+                if token in PAST:
                     tense.add("past")
-                if token in _FUTURE:
+                if token in FUTURE:
                     tense.add("future")
                 if token == "been":  # "Has he been married?" is not "Is he married?"
                     tense.add("perfect")
                 if token == "being":  # "Is the bridge being built?" is not "Is the bridge built?"
                     tense.add("progressive")
                 if token in COMPARATIVES:
-                    comparatives.add(_COMPARATIVE_SYNONYMS.get(token, token))
-                elif token in _QUESTION_WORDS:
-                    questions.add(_QUESTION_WORDS[token])
-                elif token in _MODALS:
+                    comparatives.add(COMPARATIVE_SYNONYMS.get(token, token))
+                elif token in QUESTION_WORDS:
+                    questions.add(QUESTION_WORDS[token])
+                elif token in MODALS:
                     modals.add(token)
                 elif (token in FRAMING_VERBS or token == "let") and i > 0:
                     content.add(stem)  # not where it opens the request: "How to give a massage" is no frame
                     key = stem  # "Will my parents let me get a tattoo?" is not "Will my parents get a tattoo?"
-                elif not (token in FUNCTION_WORDS or token in _PAST or token in _FUTURE or token in DATE_WORDS):
+                elif not (token in FUNCTION_WORDS or token in PAST or token in FUTURE or token in DATE_WORDS):
                     content.add(stem)
                     key = stem
                     if i < instruction_end:
                         instruction.add(stem)
-                    form = _form(token)
+                    form = word_form(token)
                     if form:
                         forms.add((stem, form))
         sequence.append(key or token)
@@ -538,7 +383,7 @@ def analyse(text: str) -> Words:
                  frozenset(keys), frozenset(instruction) if payload >= 0 else None,
                  frozenset(({"an": "a"}.get(token, token), _object(following))
                            for i, (token, following) in enumerate(itertools.pairwise(tokens))
-                           if token in _COUNTED and (token != "one" or _one_as_a(tokens, i, how_many))
+                           if token in COUNTED and (token != "one" or _one_as_a(tokens, i, how_many))
                            and (token not in POSSESSIVES or _named(tokens, i))), raw,
                  operators, frozenset(forms), frozenset(_prepositions(tokens)), _after_what(tokens),
                  word_stem(tokens[0]) if tokens and tokens[0] not in FUNCTION_WORDS else "",
@@ -578,45 +423,15 @@ def _operators(text: str) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-_IRREGULAR_PAST = _words(
-    "took taken wrote written made gave given went gone ran saw seen bought sold sent spent built brought thought "
-    "told said paid kept felt held met won lost began begun chose chosen drove driven ate eaten flew flown knew "
-    "known grew grown")
-
-
-def past_form(token: str) -> bool:
-    """Whether ``token`` is written as a past ("owned", "won", "cancelled")."""
-    return _form(token) == "past"
-
-
-def _form(token: str) -> str:
-    """Whether a content word is written as a past ("owned", "won"), an "-ing" or an "-s" form ("owns")."""
-    if token in _IRREGULAR_PAST or (token.endswith("ed") and not token.endswith("eed") and len(token) > 4):
-        return "past"
-    if token.endswith("ing") and len(token) > 5:
-        return "ing"
-    if token.endswith("s") and not token.endswith(("ss", "us", "is")) and len(token) > 3:
-        return "s"
-    return ""
-
-
-_PREPOSITIONS = frozenset({"by", "about", "with", "for", "at", "on", "in", "of", "onto", "via", "from", "to",
-                           "into"})
-_DETERMINERS = frozenset({"a", "an", "the", "my", "your", "our", "his", "her", "their", "its", "this", "that",
-                          "these", "those", "some", "any"})
-_SAME_PREPOSITION = {"on": "about", "from": "of", "into": "to", "onto": "to"}
-"""Prepositions that ask alike before the same object: "an essay on / about X", "made of / from X"."""
-
-
 def _prepositions(tokens: list[str]) -> list[tuple[str, str]]:
     """(preposition, the compared form of its object, "" where none follows: "Who is this song by?")."""
     found = []
     for i, token in enumerate(tokens):
-        if token in _PREPOSITIONS:
+        if token in PREPOSITIONS:
             j = i + 1
-            while j < len(tokens) and tokens[j] in _DETERMINERS:
+            while j < len(tokens) and tokens[j] in DETERMINERS:
                 j += 1
-            if j == len(tokens) or tokens[j] in _PREPOSITIONS:
+            if j == len(tokens) or tokens[j] in PREPOSITIONS:
                 found.append((token, ""))
             elif tokens[j] not in FUNCTION_WORDS and tokens[j] not in DATE_WORDS:
                 found.append((token, _key(tokens[j])))
@@ -641,11 +456,6 @@ def _after_what(tokens: list[str]) -> str:
     return ""
 
 
-_ONE_OPENERS = frozenset({"is", "are", "was", "were", "am", "do", "does", "did", "can", "could", "should", "would",
-                          "will", "has", "have", "had", "must", "may", "might", "shall", "what", "which", "who",
-                          "why", "where", "when", "how"})
-
-
 def _named(tokens: list[str], i: int) -> bool:
     """Whether the possessive at ``tokens[i]`` names what is asked about ("What is my IP address?", which is
     not "What is an IP address?"), rather than where something happens ("notifications on my iPhone")."""
@@ -658,14 +468,14 @@ def _one_as_a(tokens: list[str], i: int, how_many: bool) -> bool:
     dollar?"), but not in a question, where "one" counts ("Is the UK one country?", "Why does China have one time
     zone?"), nor further in ("List countries with one official language", "Tell me if the UK is one country").
     ``how_many``: whether the tokens hold "how many" (found once, not for each "one")."""
-    return how_many or not tokens or (tokens[0] not in _ONE_OPENERS and i <= 1)
+    return how_many or not tokens or (tokens[0] not in ONE_OPENERS and i <= 1)
 
 
 def _unit(token: str, stem: str) -> str | None:
     """The unit a word names ("miles": "mile"), or None."""
     plural = len(token) > 2 and token.endswith("s")  # not "vs" or "cs"
     # By the stem only for a plural ("inches"): "mine" is not "min".
-    return _UNITS.get(token) or (_UNITS.get(token[:-1]) or _UNITS.get(stem) if plural else None)
+    return UNITS.get(token) or (UNITS.get(token[:-1]) or UNITS.get(stem) if plural else None)
 
 
 def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
@@ -693,8 +503,8 @@ def _swapped(a: Words, b: Words) -> tuple[str, str] | None:
                 return first, second
             # The same words but an article: "Is Canada north of the United States?" / "Is the United States
             # north of Canada?"
-            between_a = [t for t in between_a if t not in _ARTICLE]
-            if between_a and between_a == [t for t in between_b if t not in _ARTICLE] \
+            between_a = [t for t in between_a if t not in ARTICLES]
+            if between_a and between_a == [t for t in between_b if t not in ARTICLES] \
                     and not _joined(a, where_a[first], where_a[second], count_a):
                 return first, second
     return None
@@ -704,7 +514,7 @@ def _joined(a: Words, start: int, end: int, count: Counter[str]) -> bool:
     """Whether only "and", "or" or "vs" join the words at ``start`` and ``end`` ("Berlin and Paris", "30 days
     or 60 days"), besides words said of both; not where a word of one of them stands between ("Alice scored
     90 and Bob 70", "ends on May 5 and billing starts June 5")."""
-    between = [t for t in a.sequence[start + 1:end] if t not in _ARTICLE and not (t in a.keys and count[t] > 1)]
+    between = [t for t in a.sequence[start + 1:end] if t not in ARTICLES and not (t in a.keys and count[t] > 1)]
     return bool(between) and set(between) <= SYMMETRIC
 
 
@@ -719,18 +529,17 @@ def _directions(tokens: list[str]) -> list[tuple[str, str]]:
     found = []
     last = len(tokens) - 1
     for i, token in enumerate(tokens):
-        if token in _DIRECTIONS:
+        if token in DIRECTIONS:
             # A function word right before another direction word, or last, is the object: "from A to Z". Read on
             # by index: a copy of the rest per direction word is quadratic in a long prompt.
             following = next((tokens[j] for j in range(i + 1, last + 1)
-                              if tokens[j] not in FUNCTION_WORDS or tokens[j] in _DIRECTIONS or j == last
-                              or tokens[j + 1] in _DIRECTIONS), None)
-            if following is not None and following not in _DIRECTIONS:
+                              if tokens[j] not in FUNCTION_WORDS or tokens[j] in DIRECTIONS or j == last
+                              or tokens[j + 1] in DIRECTIONS), None)
+            if following is not None and following not in DIRECTIONS:
                 found.append((token, _object(following)))
     return found
 
 
-_SCALES = frozenset({"fahrenheit", "celsius", "centigrade", "kelvin"})
 _QUOTED = re.compile(r"(?<![A-Za-z])['\"‘“]([^'\"‘’“”\n]{1,60})['\"’”](?![A-Za-z])")
 """A short quoted span: its words are named, not meant ("Translate 'take' into Spanish"), so no synonym
 stands in for them."""
@@ -762,17 +571,17 @@ def _entities(text: str) -> list[str]:
         acronym = word.isupper() and len(word) > 1 and word.isalpha()
         mixed = any(c.isdigit() for c in word) and any(c.isalpha() for c in word)
         named = word[0].isupper() and not opening and word.lower() not in FUNCTION_WORDS and word != "I"
-        scale = word.lower() in _SCALES or (word in ("F", "C") and bool(last) and last in "°0123456789")
+        scale = word.lower() in SCALES or (word in ("F", "C") and bool(last) and last in "°0123456789")
         if (acronym or mixed or named) and not scale:  # a unit's scale is compared as a unit: "400°F"
             found.append(word.lower())
     return found
 
 
-_SYNONYM_STEMS = [frozenset(word_stem(word) for word in group) for group in _SYNONYMS]
-_ANTONYM_STEMS = frozenset(frozenset(word_stem(word) for word in pair) for pair in _ANTONYMS)
+_SYNONYM_STEMS = [frozenset(word_stem(word) for word in group) for group in SYNONYMS]
+_ANTONYM_STEMS = frozenset(frozenset(word_stem(word) for word in pair) for pair in ANTONYMS)
 ANTONYMS_OF: dict[str, set[str]] = {}
 """Each listed antonym, raw and stemmed, with its opposites ("buy": {"sell"}); the intents' guard reads it."""
-for _pair in [*_ANTONYMS, *_ANTONYM_STEMS]:
+for _pair in [*ANTONYMS, *_ANTONYM_STEMS]:
     for _word in _pair:
         ANTONYMS_OF.setdefault(_word, set()).update(_pair - {_word})
 
@@ -808,7 +617,7 @@ def _converted(a: Words, b: Words) -> bool:
     "How many miles is 5 km?", but not "How many km are in 5 miles?"."""
     asked = {word for counted, word in a.follows | b.follows if counted == "how_many"}
     into = {word for direction, word in a.directions | b.directions if direction in ("to", "into")}
-    return bool((a.words | b.words) & _CALCULATING) and bool(asked) and asked <= into
+    return bool((a.words | b.words) & CALCULATING) and bool(asked) and asked <= into
 
 
 def _same_numbers(a: Words, b: Words) -> bool:
@@ -837,7 +646,7 @@ def verify(a: Words, b: Words, *, content: bool = True) -> Verdict:
     """Whether prompts ``a`` and ``b`` (as :func:`analyse` split them) may share an answer.
 
     ``content=False`` skips the checks that every content word be on both sides (or have a synonym
-    there): never for serving, only for ``laya bench semantic``'s ablation, which measures what the
+    there): never for serving, only for ``bench/semantic_pairs.py``'s ablation, which measures what the
     rest of the verifier would let through, and how many paraphrases it would catch, without them.
     """
     if Counter(a.negations) != Counter(b.negations):
@@ -852,7 +661,7 @@ def verify(a: Words, b: Words, *, content: bool = True) -> Verdict:
     if (not questions_a and not a.yes_no) or (not questions_b and not b.yes_no):
         # An imperative may drop an optional question word; a yes/no question may not ("Is there a fee?" is not
         # "What is the fee?").
-        optional = _OPTIONAL_QUESTIONS | ({"how_many"} if _converted(a, b) else frozenset())
+        optional = OPTIONAL_QUESTIONS | ({"how_many"} if _converted(a, b) else frozenset())
         questions_a, questions_b = questions_a - optional, questions_b - optional
     if questions_a != questions_b:
         return Verdict(False, f"questions: {sorted(questions_a - questions_b)} vs {sorted(questions_b - questions_a)}")
@@ -864,8 +673,8 @@ def verify(a: Words, b: Words, *, content: bool = True) -> Verdict:
         roles = {(subject in a.words, object_ in a.words), (subject in b.words, object_ in b.words)}
         if roles == {(True, False), (False, True)}:  # a subject on one side is only an object on the other
             return Verdict(False, f"roles: {subject!r} vs {object_!r}")
-    persons = {(bool(a.words & _FIRST_PERSON), bool(a.words & _SECOND_PERSON)),
-               (bool(b.words & _FIRST_PERSON), bool(b.words & _SECOND_PERSON))}
+    persons = {(bool(a.words & FIRST_PERSON), bool(a.words & SECOND_PERSON)),
+               (bool(b.words & FIRST_PERSON), bool(b.words & SECOND_PERSON))}
     if persons == {(True, False), (False, True)}:  # "What is my name?" / "What is your name?"
         return Verdict(False, "roles: first person vs second person")
     for owning, plain in ((a, b), (b, a)):  # "What is my IP address?" / "What is an IP address?"
@@ -945,7 +754,7 @@ def _tense_form(a: Words, b: Words) -> str:
 
 
 def _canonical(preposition: str) -> str:
-    return _SAME_PREPOSITION.get(preposition, preposition)
+    return SAME_PREPOSITION.get(preposition, preposition)
 
 
 def _preposition_changed(a: Words, b: Words) -> str:
@@ -966,7 +775,7 @@ def _preposition_changed(a: Words, b: Words) -> str:
                 continue
             if word[0] != "#" and not word.startswith("unit:"):
                 for one, other in itertools.product(used - before_b[word], before_b[word] - used):
-                    if frozenset((one, other)) in _CONTRASTING:
+                    if frozenset((one, other)) in CONTRASTING:
                         return f"{one} / {other} {word}"
     stranded = {p for p, obj in a.preps if not obj}
     for preposition, obj in b.preps:  # "Who was Caesar killed by?" / "Who was killed by Caesar?"
@@ -991,7 +800,3 @@ def _preposition_changed(a: Words, b: Words) -> str:
     return ""
 
 
-_CONTRASTING = frozenset(frozenset(pair.split("/")) for pair in (
-    "by/about", "by/with", "by/for", "for/from", "for/about", "with/about", "with/at", "with/for", "at/about"))
-"""Prepositions that change who does what to the same object: "songs by / about Adele", "a toast for / from
-the bride", "get back with / at my ex", "movies with / about Tom Hanks"."""

@@ -1,4 +1,4 @@
-/* The int8 pass of laya.router.vectorindex: which stored rows may reach their threshold?
+/* The int8 pass of laya.semantic.vectorindex: which stored rows may reach their threshold?
  *
  * VectorIndex (see its docstring) bounds every stored vector's similarity to a
  * query by one dot product over a few dozen columns: the head of its rotated
@@ -424,7 +424,7 @@ done:
 }
 
 /* embed(table, ids, out) -> length: out = the sum of table's rows `ids` (int32), divided by its length
- * (left as is when that is 0); returns the length before. The embedder's sum (laya/router/embedder.py),
+ * (left as is when that is 0); returns the length before. The embedder's sum (laya/semantic/embedder.py),
  * in 16 float32 lanes per step as numpy sums a row's columns: numpy's three calls cost more than the sum. */
 static PyObject *
 embed(PyObject *self, PyObject *args)

@@ -30,7 +30,7 @@ import logging
 import time
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -39,17 +39,13 @@ from laya.errors import LayaError
 
 _scan: ModuleType | None
 try:
-    from laya.router import _scan  # the C kernel (laya/router/_scan.c): its row sum
+    from laya.semantic import _scan  # the C kernel (laya/semantic/_scan.c): its row sum
 except ImportError:  # built without a C compiler: numpy sums the rows
     _scan = None
 
-if TYPE_CHECKING:
-    from laya.config import Settings
-    from laya.router.rules import RuleSet
+__all__ = ["Embedder", "EmbedderUnavailable", "TextEmbedder", "Vector", "load_embedder"]
 
-__all__ = ["Embedder", "EmbedderUnavailable", "TextEmbedder", "Vector", "load_embedder", "semantic_embedder"]
-
-log = logging.getLogger("laya.router.embedder")
+log = logging.getLogger("laya.semantic.embedder")
 
 Vector = npt.NDArray[np.float32]
 
@@ -198,22 +194,3 @@ def load_embedder(package_dir: Path | None = None) -> Embedder:
     log.debug("WordLlama loaded from %s in %.2f s (%d dimensions)", folder, time.perf_counter() - started,
               embedder.dim)
     return embedder
-
-
-def semantic_embedder(settings: Settings, rules: RuleSet) -> Embedder | None:
-    """The embedder a router's semantic stages need, or ``None`` when they are off.
-
-    Off when ``router.semantic`` is false, when nothing uses it (no rule has
-    examples, no model allows the semantic cache), or when it fails to load:
-    then one line says why, and the router serves exact routing only.
-    """
-    if not settings.router.semantic:
-        return None
-    if not settings.semantic_models and not any(rule.spec.examples for rule in rules.rules):
-        return None
-    try:
-        return load_embedder(settings.router.embedder_dir)
-    except EmbedderUnavailable as exc:
-        log.error("semantic stages off (rule examples and the semantic cache; exact routing goes on): %s",
-                  exc.message)
-        return None

@@ -1,4 +1,4 @@
-# The C kernel of laya.router.vectorindex (laya/router/_scan.c). Buffers: numpy arrays in its layout.
+# The C kernel of laya.semantic.vectorindex (laya/semantic/_scan.c). Buffers: numpy arrays in its layout.
 from typing import Any
 
 def supported() -> bool: ...
