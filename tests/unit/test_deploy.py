@@ -32,10 +32,10 @@ def laya_args(command: list[str]) -> list[str]:
 
 def test_every_healthcheck_is_a_laya_health_command_that_parses() -> None:
     services = compose()["services"]
-    for name in ("router", "worker", "worker-cuda"):
+    for name in ("router", "serve", "worker", "worker-cuda"):
         args = build_parser().parse_args(laya_args(services[name]["healthcheck"]["test"]))
         assert args.command == "health" and args.quiet
-        assert args.role == ("router" if name == "router" else "worker")
+        assert args.role == ("worker" if name.startswith("worker") else "router")
     for dockerfile in ("Dockerfile", "Dockerfile.cuda"):
         text = (ROOT / dockerfile).read_text()
         check = re.search(r"^HEALTHCHECK .* CMD (\[.*\])$", text, re.MULTILINE)
@@ -51,6 +51,8 @@ def test_services_run_laya_roles_on_valkey_with_aof() -> None:
     assert "--appendonly yes" in shlex.join(valkey["command"]).replace("'", "")
     assert any(v.endswith(":/data") for v in valkey["volumes"])
     assert services["router"]["command"] == ["router"]
+    assert services["serve"]["command"] == ["serve"] and services["serve"]["ports"] == ["127.0.0.1:8390:8390"]
+    assert services["serve"]["environment"]["LAYA_HTTP__BIND"] == "0.0.0.0"
     for name in ("worker", "worker-cuda"):
         worker = services[name]
         assert worker["command"] == ["worker"]
