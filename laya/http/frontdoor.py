@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from laya.codec import FIELD, decode_result, encode_request
 from laya.config import Settings
@@ -68,6 +68,7 @@ class FrontDoor:
         self.channel = f"serve-{uuid.uuid4().hex[:16]}"
         self._waiting: dict[str, asyncio.Future[Result]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._blmpop = True
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._dispatch(), name="laya-serve-dispatcher")
@@ -138,12 +139,11 @@ class FrontDoor:
         key = self.keys.reply(self.channel)
         while True:
             try:
-                popped = await self.redis.blpop([key], timeout=_SWEEP_AFTER_S)
-                if popped is None:
+                results = await self._pop(key)
+                if not results:
                     await self._sweep()
                     continue
-                more = await self.redis.lpop(key, _DRAIN) or []
-                for raw in (popped[1], *more):
+                for raw in results:
                     self._deliver(decode_result(raw))
             except asyncio.CancelledError:
                 raise
@@ -152,6 +152,21 @@ class FrontDoor:
                 await asyncio.sleep(0.5)
             except Exception:  # a record that does not decode must not stop every other client's answers
                 log.exception("reply channel %s: a result could not be read", key)
+
+    async def _pop(self, key: str) -> list[bytes]:
+        """The results on the channel, waiting up to a second for the first: one BLMPOP takes up to
+        :data:`_DRAIN` of them in one round trip (Redis 7, Valkey); before Redis 7, BLPOP and then LPOP."""
+        if self._blmpop:
+            try:
+                popped: Any = await self.redis.blmpop(_SWEEP_AFTER_S, 1, key, direction="LEFT", count=_DRAIN)
+                return list(popped[1]) if popped else []
+            except ResponseError:
+                self._blmpop = False
+                log.info("this Redis has no BLMPOP: the reply channel is read with BLPOP and LPOP")
+        first = await self.redis.blpop([key], timeout=_SWEEP_AFTER_S)
+        if first is None:
+            return []
+        return [first[1], *(await self.redis.lpop(key, _DRAIN) or [])]
 
     def _deliver(self, result: Result) -> None:
         future = self._waiting.get(result.id)
