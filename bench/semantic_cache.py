@@ -1,50 +1,14 @@
 """Semantic cache: hit rate on paraphrases and wrong-hit rate on pairs that differ, on labelled sets.
 
-    python bench/semantic_cache.py                                        # writes bench/results/semantic_cache.md
-    python bench/semantic_cache.py --mrpc msr_paraphrase_test.txt         # also a public set nobody here wrote
-    python bench/semantic_pairs.py tests/data/semantic_pairs.jsonl --json  # one set
+    python bench/semantic_cache.py                                    # writes bench/results/semantic_cache.md
+    python bench/semantic_cache.py --mrpc msr_paraphrase_test.txt     # also a public set nobody here wrote
+    python bench/semantic_pairs.py tests/data/semantic_cache/heldout-3.jsonl --json            # one set
 
-The sets, in tests/data/:
-
-* semantic_pairs.jsonl: written by hand, beside the verifier;
-* semantic_pairs_templated.jsonl: composed from templates by
-  make_template_pairs.py; held out at first, but the verifier has since been
-  changed after reading its misses, so it is no longer a held-out check;
-* semantic_pairs_heldout.jsonl and semantic_pairs_heldout2.jsonl: each written
-  pair by pair by an engineer who had read neither the verifier nor the other
-  sets. The first found that the verifier could not see word order ("5 miles in
-  km" / "5 km in miles"); the word-order check was added after reading its
-  results, so it is held out no more (its misses were read again for the
-  verifier change of 6 December). The second was written after the word-order
-  change; no change to the verifier has been made from reading it.
-* semantic_pairs_heldout3.jsonl: 420 pairs written the same way on 6 December
-  by a writer told to read nothing of the project, and run first on the
-  verifier before that day's change (the run list of
-  bench/results/semantic_cache.md holds both runs); nothing was changed from
-  reading it either.
-* semantic_pairs_heldout4.jsonl: 400 pairs written the same way after that
-  change, for prompts of the kind pipelines send (support messages, tasks over
-  a pasted text). On the verifier before the change it got 7.2 % of its
-  paraphrases (results/semantic_cache_heldout4_before.md), on the one after it
-  19.4 %, with the same 2 wrong hits of 220 on both: a subject and object
-  swapped by pronouns ("I paid my friend back" / "My friend paid me back"), and
-  a question about a word the pasted text holds anyway ("the due date" / "the
-  issue date" of an invoice that names both). The verifier learnt both after
-  they were read (pronoun roles, the instruction before a pasted text), so this
-  set is held out no more. The second and third are the held-out checks.
-* semantic_pairs_heldout5.jsonl: 420 pairs written on 6 December (second
-  session) by a writer told to read nothing of the project, and run first on
-  the verifier at cead5c2 (the run list of bench/results/semantic_cache.md
-  holds that run).
-* semantic_pairs_heldout6.jsonl: 420 pairs written on 6 December (third
-  session) the same way, and run first on the verifier at 03d04cf (the run
-  list of bench/results/semantic_cache.md holds that run).
-* semantic_pairs_redteam.jsonl: 368 pairs that need different answers,
-  written in five rounds by reviewers who read the verifier's relaxations and
-  attacked each (how / what, framing words, "one" for "a", frames, stems,
-  synonyms, pronouns, prepositions), and 4 that need the same; the verifier was
-  narrowed until it refused them all. Its hit rate means nothing; its wrong
-  hits must stay at 0.
+The sets are those of tests/data/semantic_cache/, in the order of
+tests/data/manifest.toml, which says of each what it holds, who wrote it and
+whether the verifier was changed after reading it (tuning-*: it was;
+heldout-*: never). redteam.jsonl was written to break the verifier: its hit
+rate means nothing, its wrong hits must stay at 0.
 
 ``--mrpc`` adds the test split of the Microsoft Research Paraphrase Corpus
 (``msr_paraphrase_test.txt``, 1,725 news-sentence pairs, quality 1 = paraphrase),
@@ -74,11 +38,7 @@ from pathlib import Path
 
 from common import write_results
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
-SETS = ["semantic_pairs.jsonl", "semantic_pairs_templated.jsonl", "semantic_pairs_heldout.jsonl",
-        "semantic_pairs_heldout2.jsonl", "semantic_pairs_heldout3.jsonl", "semantic_pairs_heldout4.jsonl",
-        "semantic_pairs_heldout5.jsonl", "semantic_pairs_heldout6.jsonl",
-        "semantic_pairs_redteam.jsonl"]
+from tests.datasets import DATA, labelled_sets
 
 
 def mrpc_pairs(source: Path, out: Path) -> Path:
@@ -92,8 +52,8 @@ def mrpc_pairs(source: Path, out: Path) -> Path:
 
 
 def labelled_paths(mrpc: Path | None, tmp: Path, *, mrpc_name: str = "MRPC test split") -> list[tuple[str, Path]]:
-    """The labelled sets of tests/data by name, then MRPC's test split when given (as pairs written into ``tmp``)."""
-    paths = [(name, DATA / name) for name in SETS]
+    """The pair sets of tests/data by their manifest names, then MRPC's test split when given (written into ``tmp``)."""
+    paths = [(entry.name, entry.path) for entry in labelled_sets("semantic_cache")]
     if mrpc is not None:
         paths.append((mrpc_name, mrpc_pairs(mrpc, tmp / "mrpc.jsonl")))
     return paths
@@ -117,7 +77,7 @@ def main() -> None:
             verdict = "met" if ok else "NOT met"
             table = result.table().replace(str(DATA) + "/", "tests/data/").replace(str(path), name)
             lines += [f"## {name}", "", "```", table, "```", ""]
-            if path.parent == DATA:
+            if path.is_relative_to(DATA):
                 lines += [f"Target wrong hits < 1 % and paraphrase hits ≥ 50 %: {verdict}.", ""]
             else:
                 verdict = "wrong hits only"

@@ -1,6 +1,6 @@
 """The semantic cache's verdicts on labelled pairs, one file at a time.
 
-    python bench/semantic_pairs.py tests/data/semantic_pairs.jsonl           # a table per file
+    python bench/semantic_pairs.py tests/data/semantic_cache/*.jsonl         # a table per file
     python bench/semantic_pairs.py FILE.jsonl --threshold 0.75 --json        # JSON on stdout
 
 ``bench/semantic_cache.py`` runs every labelled set of the repository this way and writes their results file.

@@ -7,6 +7,10 @@ Sources, later ones winning:
 3. environment overrides: ``LAYA_REDIS_URL``, ``LAYA_MODEL_PATH``, ``LAYA_ROUTES``,
    and the general form ``LAYA_<SECTION>__<FIELD>`` (e.g. ``LAYA_RUNTIME__MAX_SEQ_LEN=4096``).
 
+:func:`load_settings` layers them itself rather than through pydantic-settings, whose sources
+cannot say which variable set a bad value, pass over a misspelt section (``LAYA_RUTNIME__...``)
+and a missing file in silence, and read ``os.environ`` whenever a tree is built.
+
 Names follow the seed where they still mean something (``[runtime] max_seq_len,
 n_parallel``, ``[model] path, quant_type``, ``[memory] kv_cache_policy,
 offload_policy``) so its readers recognise them. A bad value is refused at start
@@ -203,7 +207,8 @@ class MemoryConfig(BaseModel):
     def _no_auto(cls, value: Any) -> Any:
         if value == "auto":
             raise ValueError(
-                "'auto' offload is what swapped the seed's desktop to 0.5 tokens/s; use 'disabled' "
+                "'auto' offload would move layers to the CPU unasked (a model that swaps runs at a token a "
+                "second or less); use 'disabled' "
                 "(refuse what does not fit) or 'explicit' with model.n_gpu_layers"
             )
         return value
@@ -383,13 +388,6 @@ class Settings(BaseModel):
         return "the built-in defaults" if self.source == "<defaults>" else self.source
 
 
-_SHORT_ENV = {
-    "LAYA_REDIS_URL": ("redis", "url"),
-    "LAYA_MODEL_PATH": ("model", "path"),
-    "LAYA_ROUTES": ("router", "routes_file"),
-}
-
-
 _KINDS = {"int": "a whole number", "float": "a number", "bool": "true or false", "string": "a string",
           "list": "a list", "dict": "{mapping}", "model": "{mapping}", "path": "a path"}
 _BOUNDS = {"greater_than_equal": "at least {ge}", "greater_than": "more than {gt}",
@@ -502,26 +500,27 @@ def format_validation_error(source: str, error: ValidationError, *, model: type[
     return f"{source}: {len(lines)} problems\n" + "\n".join(f"  {line}" for line in lines)
 
 
-def _env_overrides(environ: Mapping[str, str]) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
-    """The overrides by section and field, and which variable set each ``section.field``."""
-    overrides: dict[str, dict[str, str]] = {}
-    names: dict[str, str] = {}
+_SHORT_ENV = {"LAYA_REDIS_URL": ("redis", "url"), "LAYA_MODEL_PATH": ("model", "path"),
+              "LAYA_ROUTES": ("router", "routes_file")}
+_FILE_PATHS = (("model", "path"), ("router", "routes_file"), ("router", "embedder_dir"))
+
+
+def _environment(environ: Mapping[str, str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """Each override as ``(section, field)`` → ``(variable, value)``; of two for one field, the later name wins."""
+    found: dict[tuple[str, str], tuple[str, str]] = {}
     for name, value in sorted(environ.items()):
         if name in _SHORT_ENV:
-            section, field = _SHORT_ENV[name]
+            found[_SHORT_ENV[name]] = (name, value)
         elif name.startswith("LAYA_") and "__" in name:
             section, _, field = name[5:].lower().partition("__")
-        else:
-            continue
-        overrides.setdefault(section, {})[field] = value
-        names[f"{section}.{field}"] = name
-    return overrides, names
+            found[(section, field)] = (name, value)
+    return found
 
 
 def _resolve_paths(data: dict[str, Any], base: Path) -> None:
-    tables: list[tuple[Any, str]] = [(data.get(section), field) for section, field in (("model", "path"), ("router", "routes_file"),
-                                                                ("router", "embedder_dir"))]
+    """Relative paths in a config file are relative to the file's folder, not to where a command runs."""
     models = data.get("models")
+    tables = [(data.get(section), field) for section, field in _FILE_PATHS]
     tables += [(table, "path") for table in (models if isinstance(models, list) else [])]
     for table, field in tables:
         if not isinstance(table, dict):
@@ -541,35 +540,43 @@ def read_toml(file: Path, what: str) -> dict[str, Any]:
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
 
 
+def _read_config(file: Path) -> dict[str, Any]:
+    data = read_toml(file, "config file")
+    if isinstance(data.get("rule"), list):
+        raise ConfigError(f"{file} is a routes file (it has [[rule]] tables), not a config file: name it in a "
+                          f"config's [router] routes_file, or set LAYA_ROUTES={file}")
+    _resolve_paths(data, file.parent.resolve())
+    return data
+
+
 def load_settings(path: str | Path | None = None, *, environ: Mapping[str, str] | None = None) -> Settings:
-    """Load the configuration once: file (or ``$LAYA_CONFIG``), then environment overrides."""
+    """Load the configuration once: defaults, then the file (or ``$LAYA_CONFIG``), then the environment.
+
+    A bad value is blamed on what set it: the variable for a field the
+    environment set, and for a section whose every value it set.
+    """
     env = os.environ if environ is None else environ
     path = path or env.get("LAYA_CONFIG") or None
-    data: dict[str, Any] = {}
-    source = "<defaults>"
-    if path is not None:
-        file = Path(path).expanduser()
-        source = str(file)
-        data = read_toml(file, "config file")
-        if isinstance(data.get("rule"), list):
-            raise ConfigError(f"{file} is a routes file (it has [[rule]] tables), not a config file: name it in a "
-                              f"config's [router] routes_file, or set LAYA_ROUTES={file}")
-        _resolve_paths(data, file.parent.resolve())
-    overrides, names = _env_overrides(env)
-    where: dict[tuple[str | int, ...], str] = {}
-    for section, fields in overrides.items():
-        if not isinstance(data.setdefault(section, {}), dict):
+    file = Path(path).expanduser() if path is not None else None
+    source = str(file) if file is not None else "<defaults>"
+    data = _read_config(file) if file is not None else {}
+    overrides = _environment(env)
+    blame: dict[tuple[str | int, ...], str] = {}
+    for (section, field), (name, value) in overrides.items():
+        table = data.setdefault(section, {})
+        if not isinstance(table, dict):
             raise ConfigError(f"{source}: [{section}] must be a table")
-        if not set(data[section]) - set(fields):  # the section exists only because of the environment
-            where[(section,)] = names[f"{section}.{next(iter(fields))}"]
-        data[section].update(fields)
-        where.update({(section, field): names[f"{section}.{field}"] for field in fields})
+        table[field] = value
+        blame[(section, field)] = name
+    for (section, _), (name, _) in overrides.items():
+        if all((section, field) in blame for field in data[section]):
+            blame.setdefault((section,), name)
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(source, exc, model=Settings, env=where)) from None
+        raise ConfigError(format_validation_error(source, exc, model=Settings, env=blame)) from None
     settings.source = source
-    settings._env = {f"{loc[0]}.{loc[1]}": name for loc, name in where.items() if len(loc) == 2}
+    settings._env = {f"{section}.{field}": name for (section, field), (name, _) in overrides.items()}
     return settings
 
 

@@ -46,7 +46,7 @@ answer:
   "can you") and the words that only frame a request ("show me", "I need",
   "explain how", "what are the steps to", "the following text:") may differ.
   Each relaxation here was attacked with pairs written to break it
-  (``tests/data/semantic_pairs_redteam.jsonl``), and narrowed until none did.
+  (``tests/data/semantic_cache/redteam.jsonl``), and narrowed until none did.
 
 The last rule makes the verifier strict: a paraphrase that swaps content
 words with no listed synonym is not a hit (it is asked of the model, as an

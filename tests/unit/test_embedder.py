@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from laya.semantic.embedder import Embedder, load_embedder
 from laya.text import normalise
-
-DATA = Path(__file__).resolve().parent.parent / "data"
+from tests.datasets import load
 
 AWKWARD = [
     "", " ", "a", "don't", "3.14 km/h!", "naïve café 東京 🙂", "tab\there", "new\nline", "x<s>y", "hello <s> world",
@@ -32,9 +28,8 @@ def test_wordllamas_tokenizer_splits_at_spaces(embedder: Embedder) -> None:
 
 def test_cached_ids_are_the_tokenizers_ids(embedder: Embedder) -> None:
     texts = list(AWKWARD)
-    for name in ("semantic_pairs.jsonl", "semantic_pairs_templated.jsonl"):
-        for line in (DATA / name).read_text().splitlines():
-            pair = json.loads(line)
+    for name in ("semantic_cache/tuning-hand-written.jsonl", "semantic_cache/tuning-templated.jsonl"):
+        for pair in load(name):
             texts += [pair["a"], pair["b"]]
     texts += [normalise(text) for text in texts]
     whole = embedder._tokenizer
@@ -70,8 +65,8 @@ def test_the_kernels_row_sum_is_numpys(embedder: Embedder) -> None:
     if _scan is None or not _scan.supported():
         pytest.skip("the C kernel is not built, or this CPU runs none of its kernels")
     texts = [text for text in AWKWARD if text.strip()]
-    for line in (DATA / "semantic_pairs.jsonl").read_text().splitlines()[:200]:
-        texts.append(json.loads(line)["a"])
+    for pair in load("semantic_cache/tuning-hand-written.jsonl")[:200]:
+        texts.append(pair["a"])
     for text in texts:
         ids = embedder.token_ids(text)
         np.testing.assert_allclose(embedder.embed(text), embedder.embed_numpy(ids), atol=2e-7, err_msg=text)

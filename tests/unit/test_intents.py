@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -15,9 +13,9 @@ from laya.semantic.embedder import load_embedder
 from laya.semantic.intents import IntentIndex
 from laya.semantic.opposites import clash, polarity
 from laya.text import normalise
+from tests.datasets import load
 
 EMBEDDER = load_embedder()
-DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def index(*specs: RuleSpec, threshold: float = 0.85) -> IntentIndex:
@@ -44,8 +42,8 @@ def rule(example: str) -> RuleSpec:
 
 
 def cases_in(name: str) -> list[dict[str, str]]:
-    """The cases of a file in tests/data, one {"example": ..., "request": ...} a line."""
-    return [json.loads(line) for line in (DATA / name).read_text().splitlines()]
+    """The cases of a set in tests/data (``intents/...``), one {"example": ..., "request": ...} a line."""
+    return load(name)
 
 
 def refusal(case: dict[str, str]) -> str:
@@ -82,14 +80,14 @@ def test_a_request_that_says_the_opposite_of_a_near_example_does_not_match(rule:
 
 
 def test_no_request_a_red_team_wrote_to_say_the_opposite_of_an_example_matches_it() -> None:
-    # tests/data/intent_opposites.jsonl: next / previous, incoming / outgoing, to / from the same account,
+    # intents/other-opposites.jsonl: next / previous, incoming / outgoing, to / from the same account,
     # "you owe me" / "I owe you", upgrade / downgrade, "don’t" with a phone's apostrophe, "dont", confirm /
     # cancel, 7 am / 7 pm, minutes / hours, out of / into, "why did you cancel", "one item from my order" / "my
     # order" ...; each request said the opposite (or asked about the example rather than for it, or for a part
     # of it) and passed the guard of its day. The last 92 passed a rule, tried and dropped on 6 December, that let
     # a reason after the request ("because i no longer use it") keep its negation and tense to itself: "cancel my
     # order because it's late. no wait don't", "pay my bill since i already paid it twice".
-    cases = cases_in("intent_opposites.jsonl")
+    cases = cases_in("intents/other-opposites.jsonl")
     assert len(cases) >= 220
     for case in cases:
         request, example = normalise(case["request"]), case["example"]
@@ -102,30 +100,30 @@ def test_the_guard_lets_paraphrases_through() -> None:
     # two labelled sets (both directions), at most 2 % refused (10 of 684 when this was written, 13 since the
     # compound check: "Sort the list in ascending order" / "Please sort the list ascending" reads as "list ascending
     # order").
-    pairs = [json.loads(line) for name in ("semantic_pairs.jsonl", "semantic_pairs_templated.jsonl")
-             for line in (DATA / name).read_text().splitlines()]
+    pairs = [pair for name in ("semantic_cache/tuning-hand-written.jsonl", "semantic_cache/tuning-templated.jsonl")
+             for pair in load(name)]
     sides = [(a, b) for pair in pairs if pair["same"] for a, b in ((pair["a"], pair["b"]), (pair["b"], pair["a"]))]
     refused = [(a, b) for a, b in sides if clash(polarity(normalise(b)), polarity(a, opposites=True))]
     assert len(sides) > 600 and len(refused) <= 0.02 * len(sides), refused
 
 
 def test_the_part_check_lets_same_requests_with_of_and_from_through() -> None:
-    # tests/data/intent_part_paraphrases.jsonl: 470 requests a reviewer wrote to mean the same as an example while
+    # intents/same-of-from.jsonl: 470 requests a reviewer wrote to mean the same as an example while
     # saying "of" or "from" ("track the status of my order", "close one of my accounts"), each at least 0.85
     # similar. The part check refused 122 of them when it first read every "one of" by its stem; now at most 5 %
     # (21 when this was written: "update some of my details", "part of my bill is wrong"; borderline).
-    cases = cases_in("intent_part_paraphrases.jsonl")
+    cases = cases_in("intents/same-of-from.jsonl")
     refused = [case for case in cases if refusal(case).startswith("part")]
     assert len(cases) >= 400 and len(refused) <= 0.05 * len(cases), refused
 
 
 def test_a_request_for_a_thing_the_example_only_qualifies_does_not_match() -> None:
-    # tests/data/intent_compound_things.jsonl: 120 requests a reviewer wrote, without reading the guard, that name
+    # intents/other-compound-thing.jsonl: 120 requests a reviewer wrote, without reading the guard, that name
     # another thing through a compound ("delete my account photo" / "delete my account", "delete my profile" /
     # "delete my profile picture"), and 14 a second reviewer found getting past the first version of the check.
     # 52 of the first 120 matched their example before the guard read compounds. Three passed until 7 December: a
     # thing in "-ing" ("my voicemail greeting", read like "my card ending in 4421") and a hyphen ("account-photo").
-    cases = cases_in("intent_compound_things.jsonl")
+    cases = cases_in("intents/other-compound-thing.jsonl")
     passed = [case for case in cases if not refusal(case)]
     assert len(cases) >= 130 and passed == []
     assert [case for case in cases if matches(case)] == []
@@ -220,12 +218,12 @@ def test_a_long_request_is_read_in_linear_time() -> None:
 
 
 def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match() -> None:
-    # tests/data/intent_thing_inside.jsonl: 150 requests a reviewer wrote, without reading the guard, for a thing in or
+    # intents/other-thing-placed.jsonl: 150 requests a reviewer wrote, without reading the guard, for a thing in or
     # on the example's ("delete the photos in my account" / "delete my account", "reset the password on my router" /
     # "reset my router"). 31 matched their example before the guard read "in" and "on"; 148 passed its checks. One
     # passes still: the word before the thing names none ("the night light on ..."), and "on" after an opening
     # verb goes with the verb ("please turn on the dark mode"), so the guard cannot tell "night" from "please".
-    cases = cases_in("intent_thing_inside.jsonl")
+    cases = cases_in("intents/other-thing-placed.jsonl")
     passed = [(case["example"], case["request"]) for case in cases if not refusal(case)]
     assert len(cases) >= 150 and passed == [
         ("turn off my smart speaker", "please turn off the night light on my smart speaker")]
@@ -233,11 +231,11 @@ def test_a_request_for_a_thing_placed_in_or_on_the_example_thing_does_not_match(
 
 
 def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
-    # tests/data/intent_thing_inside_redteam.jsonl: 124 requests a reviewer wrote against the first version of the
+    # intents/other-thing-placed-redteam.jsonl: 124 requests a reviewer wrote against the first version of the
     # placed-thing check, each matching its example; all 124 passed the guard. Now 113 are refused. Still passing:
     # two with "of" or "to" ("print page 2 of my document", since "print a copy of my invoice" is the invoice),
     # and compounds the check does not read (listed).
-    cases = cases_in("intent_thing_inside_redteam.jsonl")
+    cases = cases_in("intents/other-thing-placed-redteam.jsonl")
     passed = [(case["example"], case["request"]) for case in cases if not refusal(case)]
     linked = [pair for pair in passed if re.search(r" (of|from|to) ", pair[1])]
     assert len(cases) >= 120 and linked == [
@@ -252,7 +250,7 @@ def test_what_a_red_team_placed_in_the_example_thing_does_not_match() -> None:
 
 
 def test_a_request_for_a_thing_linked_to_the_example_thing_does_not_match() -> None:
-    # tests/data/intent_thing_linked.jsonl: 160 requests a reviewer wrote, without reading the guard, for a thing
+    # intents/other-thing-linked.jsonl: 160 requests a reviewer wrote, without reading the guard, for a thing
     # linked to the example's by "of", "from", "to" or "for" ("delete the songs from my playlist", "cancel the
     # changes to my order"). 37 matched their example before the guard read these words. After a verb that changes
     # or ends the thing itself (delete, cancel, reset, clear ...) such a thing is another; after another verb it may
@@ -260,7 +258,7 @@ def test_a_request_for_a_thing_linked_to_the_example_thing_does_not_match() -> N
     # ways ("restore all files from my backup" is the backup to one of them), and the example's own word ("close
     # the tabs to the right of this tab").
     # 13 pass the guard, the other 8 below the similarity the index needs.
-    cases = cases_in("intent_thing_linked.jsonl")
+    cases = cases_in("intents/other-thing-linked.jsonl")
     passed = [case for case in cases if not refusal(case)]
     matched = [(case["example"], case["request"]) for case in cases if matches(case)]
     assert len(cases) >= 160 and len(passed) == 13 and matched == [
@@ -272,24 +270,24 @@ def test_a_request_for_a_thing_linked_to_the_example_thing_does_not_match() -> N
 
 
 def test_a_request_that_links_its_own_thing_mostly_passes() -> None:
-    # tests/data/intent_thing_linked_same.jsonl: 160 requests the same reviewer wrote to mean their example while
+    # intents/same-thing-linked.jsonl: 160 requests the same reviewer wrote to mean their example while
     # saying "of", "from", "to" or "for" ("track the delivery of my order", "block calls from this number", "change
     # the name of my folder"). 95 matched their example before the check read these words, 90 now; the check
     # refuses 10 ("share a copy of this photo", "lock the screen of my phone", "clear all messages from the chat"):
     # a refused request costs a model call.
-    cases = cases_in("intent_thing_linked_same.jsonl")
+    cases = cases_in("intents/same-thing-linked.jsonl")
     reasons = [refusal(case) for case in cases]
     assert len(cases) >= 160 and len([r for r in reasons if r.startswith("thing")]) <= 10
     assert sum(matches(case) for case in cases) >= 90
 
 
 def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() -> None:
-    # tests/data/intent_thing_inside_same.jsonl: 150 requests the same reviewer wrote to mean their example while
+    # intents/same-thing-placed.jsonl: 150 requests the same reviewer wrote to mean their example while
     # saying "in", "on", "at" ("turn on dark mode in the app", "check the balance on my card", "switch on dark mode
     # inside this app"). The check that reads a thing placed in another refuses none of them; the guard's other
     # checks refuse 5, as they did before it (a second owner, "my email address", "location" without "services",
     # "the photo on my profile"); 60 match their example, as before.
-    cases = cases_in("intent_thing_inside_same.jsonl")
+    cases = cases_in("intents/same-thing-placed.jsonl")
     refused = [(case["example"], case["request"]) for case in cases if refusal(case)]
     assert len(cases) >= 150 and refused == [
         ("cancel my order", "i want to cancel my order on your site"),
@@ -301,13 +299,13 @@ def test_a_request_that_says_where_its_thing_is_passes_the_placed_thing_check() 
 
 
 def test_what_a_red_team_wrote_to_mean_the_example_with_in_or_on_is_mostly_still_refused() -> None:
-    # tests/data/intent_thing_inside_same_redteam.jsonl: 99 requests the same reviewer wrote to mean their example
+    # intents/same-thing-placed-redteam.jsonl: 99 requests the same reviewer wrote to mean their example
     # and found refused by the first version: a verb that acts on what a thing holds ("clear everything in my cart"),
     # a word about the thing ("the issue on my laptop", "a payment on my bill"), a part the verb always acts on
     # ("start the engine in my car"), "this number calling me". The first two pass now; the parts do not, as "reset
     # the password on my router" must not: a refused request costs a model call, a wrong route a wrong answer.
     # 66 are refused.
-    cases = cases_in("intent_thing_inside_same_redteam.jsonl")
+    cases = cases_in("intents/same-thing-placed-redteam.jsonl")
     refused = {(case["example"], case["request"]) for case in cases if refusal(case)}
     assert len(cases) >= 99 and len(refused) == 66
     assert {("clear my cart", "clear everything in my cart"), ("fix my laptop", "fix the issue on my laptop"),
@@ -316,13 +314,13 @@ def test_what_a_red_team_wrote_to_mean_the_example_with_in_or_on_is_mostly_still
 
 
 def test_words_after_the_thing_that_leave_it_the_same_pass_the_compound_check() -> None:
-    # tests/data/intent_same_thing_trailing.jsonl: 150 requests the first reviewer wrote to mean their example with
+    # intents/same-trailing-words.jsonl: 150 requests the first reviewer wrote to mean their example with
     # words after its thing ("cancel my order asap", "... 4512", "... from yesterday", "..., i changed my mind",
     # "update my card ending in 4421"), and 25 the second found refused by the first version ("when will my package
     # come", "my subscription should be cancelled", "delete my profile photo", "update my résumé"). The compound
     # check refuses none; the guard's other checks refuse 10, each a clause with a negation or a past tense ("delete
     # my account because i no longer use it"), as they did before.
-    cases = cases_in("intent_same_thing_trailing.jsonl")
+    cases = cases_in("intents/same-trailing-words.jsonl")
     reasons = [refusal(case) for case in cases]
     assert len(cases) >= 170 and not [r for r in reasons if r.startswith("thing")]
     assert sum(map(bool, reasons)) == 10 and all(r.startswith(("negation", "tense")) for r in reasons if r)

@@ -13,8 +13,7 @@ from semantic_pairs import read_pairs, run_pair_bench
 from laya.errors import InvalidRequest
 from laya.semantic.opposites import clash, polarity
 from laya.semantic.verifier import _operators, _payload, analyse, verify
-
-DATA = Path(__file__).resolve().parent.parent / "data"
+from tests.datasets import dataset
 
 
 def verdict(a: str, b: str) -> str:
@@ -83,10 +82,10 @@ def verdict(a: str, b: str) -> str:
     ("Look up order 007", "Look up order 7", "numbers"),  # an id's leading zeros are part of it
     ("What does x[2:] return?", "What does x[:2] return?", "operators"),  # a slice, compared whole
     ("Review my job application", "Review my job app", "content"),  # not the same thing
-    # A secure protocol is not the plural of the plain one (semantic_pairs_heldout5.jsonl's one wrong hit).
+    # A secure protocol is not the plural of the plain one (semantic_cache/tuning-5.jsonl's one wrong hit).
     ("How do I redirect HTTP to HTTPS in nginx?", "How do I redirect HTTPS to HTTP in nginx?", "direction"),
     ("move the server from ftp to ftps", "move the server from ftps to ftp", "direction"),
-    # "US" before dollars is not the pronoun "us" between them (semantic_pairs_heldout6.jsonl's one wrong hit).
+    # "US" before dollars is not the pronoun "us" between them (semantic_cache/tuning-6.jsonl's one wrong hit).
     ("What is 100 US dollars in euros?", "What is 100 euros in US dollars?", "order"),
     ("Bake at 400°F", "Bake at 400°C", "units"),
 ])
@@ -136,16 +135,16 @@ def test_a_rewording_that_keeps_the_meaning_passes(a: str, b: str) -> None:
     assert verdict(a, b) == "same"
 
 
-# The held-out sets were written by engineers who had not read the verifier: the wrong-hit target holds on
+# All but our two sets were written by engineers who had not read the verifier: the wrong-hit target holds on
 # them, the hit rate does not reach half (bench/results/semantic_cache.md), so it is asserted on ours only.
 @pytest.mark.parametrize(("name", "hits_at_least"), [
-    ("semantic_pairs.jsonl", 0.5), ("semantic_pairs_templated.jsonl", 0.5),
-    ("semantic_pairs_heldout.jsonl", None), ("semantic_pairs_heldout2.jsonl", None),
-    ("semantic_pairs_heldout3.jsonl", None), ("semantic_pairs_heldout4.jsonl", None),
-    ("semantic_pairs_heldout5.jsonl", None), ("semantic_pairs_heldout6.jsonl", None),
+    ("semantic_cache/tuning-hand-written.jsonl", 0.5), ("semantic_cache/tuning-templated.jsonl", 0.5),
+    ("semantic_cache/tuning-1.jsonl", None), ("semantic_cache/tuning-2.jsonl", None),
+    ("semantic_cache/heldout-3.jsonl", None), ("semantic_cache/tuning-4.jsonl", None),
+    ("semantic_cache/tuning-5.jsonl", None), ("semantic_cache/tuning-6.jsonl", None),
 ])
 def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_least: float | None) -> None:
-    result = run_pair_bench(DATA / name)
+    result = run_pair_bench(dataset(name).path)
     assert result.different >= 150 and result.same >= 90
     assert result.wrong_hit_rate < 0.01, result.wrong_examples
     # The threshold alone would answer most of the different pairs: the verifier is what refuses them.
@@ -153,7 +152,7 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_lea
     if hits_at_least is not None:
         assert result.hit_rate >= hits_at_least
     # The ablation: without the every-content-word check more paraphrases would hit, and wrong hits pass 1 %
-    # on every held-out set (the check is what holds the target; bench/results/semantic_cache.md).
+    # on every set written blind (the check is what holds the target; bench/results/semantic_cache.md).
     assert result.no_content_hits >= result.hits
     if hits_at_least is None:
         assert result.no_content_wrong_hits > result.different / 100
@@ -165,14 +164,14 @@ def test_labelled_pairs_give_under_one_percent_wrong_hits(name: str, hits_at_lea
 def test_no_pair_a_red_team_wrote_against_the_verifier_is_a_wrong_hit() -> None:
     # Pairs written to break the verifier's relaxations (how / what, framing words, "one" for "a", "how many"
     # beside "convert", frames, stems, synonyms, pronouns): each needs a different answer.
-    result = run_pair_bench(DATA / "semantic_pairs_redteam.jsonl")
+    result = run_pair_bench(dataset("semantic_cache/redteam.jsonl").path)
     assert result.different >= 100
     assert result.wrong_hits == 0, result.wrong_examples
     assert result.threshold_only_wrong_hits > result.different / 2
 
 
 def test_the_hand_written_set_covers_every_kind_the_issue_names() -> None:
-    pairs = read_pairs(DATA / "semantic_pairs.jsonl")
+    pairs = read_pairs(dataset("semantic_cache/tuning-hand-written.jsonl").path)
     assert len(pairs) >= 500
     kinds = {p.kind for p in pairs}
     assert {"paraphrase", "negation_or_polarity", "number_or_unit", "entity", "date_or_tense",

@@ -1,6 +1,6 @@
 """`laya serve`, the OpenAI-compatible front door: what HTTP adds over `Client`, with baselines in the same run.
 
-    python bench/http.py          # writes bench/results/http.md
+    python bench/front_door.py    # writes bench/results/front_door.md
 
 A throwaway Valkey, a `laya router` and a `laya serve` process (started by
 environment, as a user would, metrics off), and for part 3 a `laya worker` on
@@ -46,11 +46,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-# This file is named http.py and `python bench/http.py` puts bench/ first on sys.path, where it would shadow the
-# standard library's `http` package for every import below (httpx2, uvicorn, prometheus_client): bench/ goes last.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.append(sys.path.pop(0))
 
 from common import checkout, host_speed_ms, start_valkey, summary_us, write_results
 
@@ -514,7 +509,7 @@ def report(figures: dict[str, Any], load: str) -> None:
         (f"Machine: {cpu_name()}, {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}). Python "
          f"{sys.version.split()[0]}; Valkey, `laya router`, `laya serve` (and for part 3 `laya worker` on the tiny "
          "generated model) each a process on loopback; the load generator a process of its own. "
-         "`python bench/http.py` reproduces it."), "",
+         "`python bench/front_door.py` reproduces it."), "",
         f"Commit: {checkout()}{code_state()}.", "",
         f"Load: {load}.", "",
         ("The targets are judged with httpx2 (the openai package's client), as the issue asks. The rows \"raw "
@@ -574,7 +569,7 @@ def report(figures: dict[str, Any], load: str) -> None:
            f"{rate['raw laya']:,.0f} vs {rate['raw minimal']:,.0f}); model wall {added / 1000:+.3f} ms per job, "
            f"target {verdict(added_ok)}; first chunk {ms(chunk['http']['p50'])} ms p50 after Redis, target "
            f"{verdict(chunk_ok)}; {load}")
-    write_results("http.md", lines, run=run.replace("**", ""))
+    write_results("front_door.md", lines, run=run.replace("**", ""))
 
 
 def main() -> None:

@@ -1,15 +1,13 @@
-"""Writes semantic_pairs_templated.jsonl: labelled pairs made by composition, not by hand.
+"""Writes tuning-templated.jsonl beside it: labelled pairs made by composition, not by hand.
 
-The hand-written set (semantic_pairs.jsonl) was written sentence by sentence
-alongside the verifier. This one is made another way, so it is a check the
-verifier was not tuned on: task families, each with several surface forms of
-one request (the paraphrases, written once per family, before the verifier
-saw them) and slots (numbers, units, places, people, languages, days). A
-``same`` pair puts one slot filling into two surface forms; a different pair
-keeps the surface form and changes one slot, negates the request, or swaps
-its direction. Seeded, so the file is reproducible:
+Task families, each with several surface forms of one request (the
+paraphrases, written once per family) and slots (numbers, units, places,
+people, languages, days). A ``same`` pair puts one slot filling into two
+surface forms; a different pair keeps the surface form and changes one slot,
+negates the request, or swaps its direction. Seeded, so the file is
+reproducible:
 
-    python tests/data/make_template_pairs.py
+    python tests/data/semantic_cache/make_template_pairs.py
 """
 
 from __future__ import annotations
@@ -133,7 +131,7 @@ def main() -> None:
             if family["negated"] is not None:
                 pairs.append({"a": base, "b": render(str(family["negated"]), values), "same": False,
                               "kind": "negation_or_polarity"})
-    out = Path(__file__).with_name("semantic_pairs_templated.jsonl")
+    out = Path(__file__).with_name("tuning-templated.jsonl")
     out.write_text("".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs))
     print(f"{len(pairs)} pairs ({sum(p['same'] for p in pairs)} same) -> {out}")
 
