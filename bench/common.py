@@ -56,6 +56,15 @@ RUNS_HEADING = "## Runs (latest last)"
 MAX_RUNS = 12
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), for a results file."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
+    except OSError:
+        return "unknown"
+
+
 def host_speed_ms() -> float:
     """Milliseconds a fixed pure-Python loop (one million additions) takes, the best of five: how fast this
     machine ran at the time, so that runs on a shared or throttled machine can be compared."""

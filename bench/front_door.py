@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import checkout, host_speed_ms, start_valkey, summary_us, write_results
+from common import checkout, cpu_name, host_speed_ms, start_valkey, summary_us, write_results
 
 BENCH = Path(__file__).resolve()
 ROUTES = """
@@ -98,12 +98,6 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
-    except OSError:
-        return "unknown"
 
 
 def code_state() -> str:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from common import host_speed_ms, write_results
+from common import cpu_name, host_speed_ms, write_results
 from routing import (
     WORDS,
     NoRedis,
@@ -234,7 +234,7 @@ def main() -> None:
             parser.error("the C kernel is not built (pip install -e . with a C compiler)")
         _scan.select(args.kernel)
         name = args.results or f"semantic_routing_{args.kernel}.md"
-    lines = ["# Semantic intents: routing decision in process", "", f"CPU: {_cpu_name()}, {os.cpu_count()} cores.", ""]
+    lines = ["# Semantic intents: routing decision in process", "", f"CPU: {cpu_name()}, {os.cpu_count()} cores.", ""]
     if args.kernel:
         lines += [f"The vector index's kernel: {args.kernel} (`--kernel`), not the best this CPU has.", ""]
     verdicts = []
@@ -256,12 +256,6 @@ def main() -> None:
     write_results(name, lines, run=" / ".join(verdicts))
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":
