@@ -11,9 +11,9 @@ Sources, later ones winning:
 cannot say which variable set a bad value, pass over a misspelt section (``LAYA_RUTNIME__...``)
 and a missing file in silence, and read ``os.environ`` whenever a tree is built.
 
-Names follow the seed where they still mean something (``[runtime] max_seq_len,
+Names are those of the field report Laya answers, where they mean the same (``[runtime] max_seq_len,
 n_parallel``, ``[model] path, quant_type``, ``[memory] kv_cache_policy,
-offload_policy``) so its readers recognise them. A bad value is refused at start
+offload_policy``), so its readers recognise them. A bad value is refused at start
 with the file, the field, the value and why.
 """
 
@@ -103,7 +103,7 @@ class ModelConfig(BaseModel):
     )
     path: Path | None = Field(None, description="GGUF file. Unset: `laya demo` makes a tiny random one.")
     quant_type: str | None = Field(
-        None, description="Quantisation the seed's configs name (e.g. Q4_K_M); informational."
+        None, description="The model's quantisation (e.g. Q4_K_M), for operators; the planner reads the real one from the GGUF header."
     )
     n_gpu_layers: int = Field(
         -1, ge=-1, le=1000, description="Layers on the GPU; -1 = all. Ignored by a CPU-only build."

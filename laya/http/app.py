@@ -258,12 +258,26 @@ def build_app(settings: Settings) -> Starlette:
     async def list_models(http_request: HttpRequest) -> Response:
         if not authorised(http_request):
             return _error(401, "missing or wrong API key", code="invalid_api_key")
+        from laya.connection import connect
+        from laya.worker.presence import read_workers
+
+        def beating() -> dict[str, dict[str, Any]]:
+            """Each model's first live worker's status: the context it loaded and its plan's verdict."""
+            live = read_workers(connect(settings, check=False), keys, settings)
+            return {w.model: w.fields for w in reversed(live) if not w.gone}
+
+        try:
+            workers = await anyio.to_thread.run_sync(beating)
+        except (RedisError, OSError, LayaError):
+            workers = {}
         created = int(time.time())
         served = {m.name: m for m in settings.served}
         return _json({"object": "list", "data": [
             {"id": name, "object": "model", "created": created, "owned_by": "laya",
-             "laya": {"n_ctx": settings.runtime.max_seq_len, "path": str(served[name].path)
-                      if name in served and served[name].path else None}} for name in models]})
+             "laya": {"n_ctx": workers.get(name, {}).get("n_ctx", settings.runtime.max_seq_len),
+                      "plan": workers.get(name, {}).get("verdict", "no worker beating"),
+                      "path": str(served[name].path) if name in served and served[name].path else None}}
+            for name in models]})
 
     async def health(_request: HttpRequest) -> Response:
         from laya.connection import connect

@@ -116,8 +116,25 @@ def test_structured_output_from_a_pydantic_model(door: Door) -> None:
     assert isinstance(parsed, Colour) and parsed.name in ("red", "green", "blue")
 
 
-def test_models_are_listed(door: Door) -> None:
-    assert [m.id for m in door.client().models.list()] == ["default"]
+def test_models_are_listed_with_their_context_and_plan(door: Door) -> None:
+    [model] = door.client().models.list()
+    assert model.id == "default"
+    assert model.model_extra is not None and model.model_extra["laya"]["plan"] == "fits"
+    assert isinstance(model.model_extra["laya"]["n_ctx"], int) and model.model_extra["laya"]["n_ctx"] > 0
+
+
+def test_a_client_that_leaves_mid_stream_breaks_nothing(door: Door) -> None:
+    body = {"model": "default", "prompt": "jello", "max_tokens": 64, "stream": True, "cache": False}
+    with httpx.Client(base_url=door.url, timeout=30) as http, http.stream(
+            "POST", "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}) as reply:
+        assert reply.status_code == 200 and next(reply.iter_lines()).startswith("data: ")
+        request_id = reply.headers["x-request-id"]
+    deadline = time.monotonic() + 30
+    while not door.redis.exists(f"{door.prefix}:result:{request_id}"):  # the job ran on and left its record
+        assert time.monotonic() < deadline, "the request's result was never written"
+        time.sleep(0.05)
+    again = door.client().completions.create(model="default", prompt="hello")
+    assert again.choices[0].text == "Hello!"
 
 
 def test_a_wrong_key_is_refused_before_anything_reaches_redis(door: Door) -> None:
