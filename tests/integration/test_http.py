@@ -55,12 +55,17 @@ def door(redis_server: Server, tiny_model: Path, routes_file: Path, tmp_path_fac
          ) -> Iterator[Door]:
     port = free_port()
     env = _env(redis_server.url, "http", port, tiny_model, routes_file)
-    logs = tmp_path_factory.mktemp("http-logs")
-    procs = [start_laya("router", env, logs / "router.log"), start_laya("worker", env, logs / "worker.log"),
-             start_laya("serve", env, logs / "serve.log")]
+    yield from _running(redis_server, env, port, "http", tmp_path_factory.mktemp("http-logs"),
+                        ("router", "worker"))
+
+
+def _running(redis_server: Server, env: dict[str, str], port: int, prefix: str, logs: Path,
+             roles: tuple[str, ...]) -> Iterator[Door]:
+    """Start ``roles`` and a front door on ``port``; the door once it listens; everything stopped after."""
+    procs = [start_laya(role, env, logs / f"{role}.log") for role in (*roles, "serve")]
     try:
-        _wait_for_port(port, procs[2])
-        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), "http")
+        _wait_for_port(port, procs[-1])
+        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), prefix)
     finally:
         stop_laya(*procs)
 
@@ -205,12 +210,7 @@ def full_lane(redis_server: Server, tiny_model: Path, routes_file: Path, tmp_pat
     port = free_port()
     env = _env(redis_server.url, "http429", port, tiny_model, routes_file, LAYA_ROUTER__MAX_QUEUE_DEPTH="1",
                LAYA_ROUTER__RETRY_AFTER_S="7")
-    procs = [start_laya("router", env, tmp_path / "router.log"), start_laya("serve", env, tmp_path / "serve.log")]
-    try:
-        _wait_for_port(port, procs[1])
-        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), "http429")
-    finally:
-        stop_laya(*procs)
+    yield from _running(redis_server, env, port, "http429", tmp_path, ("router",))
 
 
 def test_a_full_lane_is_a_429_with_retry_after(full_lane: Door) -> None:
