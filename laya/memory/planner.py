@@ -121,7 +121,11 @@ def padded_ctx(ctx: int) -> int:
 
 def kv_cache_bytes(model: ModelInfo, ctx: int, n_seq: int, kv_type: str,
                    layers: range | None = None) -> tuple[int, int]:
-    """(K bytes, V bytes) of llama.cpp's KV cache for ``ctx`` tokens per sequence."""
+    """(K bytes, V bytes) of llama.cpp's KV cache for ``ctx`` tokens per sequence.
+
+    Every layer holds the whole context, sliding-window layers included: the worker asks llama.cpp
+    for full-size sliding-window caches (``swa_full``), so the prompt cache can keep any prefix.
+    """
     block, size = KV_TYPES[kv_type]
     cells = padded_ctx(ctx) * n_seq
     k = v = 0

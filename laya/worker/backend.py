@@ -122,11 +122,15 @@ class LlamaBackend:
                     type_k=kv,
                     type_v=kv,
                     flash_attn=kv != GGML_KV_TYPE["f16"],  # llama.cpp needs it for a quantised V cache
+                    # Sliding-window layers keep the whole context, as the planner plans it: then any
+                    # prefix of the previous prompt can be kept and the rest cut back.
+                    swa_full=True,
                     verbose=False,
                 )
         except (ValueError, RuntimeError, OSError) as exc:
             raise ModelLoadError(f"llama.cpp could not load {model.path}: {exc}") from None
         self.n_ctx = self.llm.n_ctx()
+        self.chat_without_template = model.chat_without_template
         self._formatter = self._chat_formatter()
 
     def _chat_formatter(self) -> Callable[[list[dict[str, str]]], tuple[str, list[str]]]:
@@ -135,7 +139,7 @@ class LlamaBackend:
         metadata = self.llm.metadata
         template = metadata.get("tokenizer.chat_template")
         if not template:
-            return _plain_chat
+            return _plain_chat if self.chat_without_template == "plain" else self._refuse_chat
 
         def token_text(key: str) -> str:
             token_id = metadata.get(key)
@@ -151,15 +155,26 @@ class LlamaBackend:
 
         return render
 
+    def _refuse_chat(self, messages: list[dict[str, str]]) -> tuple[str, list[str]]:
+        raise InvalidRequest(
+            f"model {self.name!r} has no chat template (its GGUF has no tokenizer.chat_template: a base model) "
+            "and model.chat_without_template is \"refuse\"; send the text to complete as prompt instead, or set "
+            "model.chat_without_template = \"plain\" for Laya's plain User:/Assistant: layout", field="messages")
+
     def tokenize(self, request: Request) -> tuple[list[int], list[str]]:
         if request.messages is not None:
             try:
                 prompt, extra_stop = self._formatter([m.model_dump() for m in request.messages])
+            except InvalidRequest:
+                raise
             except Exception as exc:  # noqa: BLE001 - templates raise what they like (raise_exception, jinja2)
                 raise InvalidRequest(
                     f"the model's chat template refused these messages: {exc}; many templates want "
                     "roles to alternate user/assistant, with at most one leading system message",
                     field="messages") from None
+            if self._formatter is _plain_chat:  # plain text, like a prompt: llama.cpp adds the BOS token
+                return self.llm.tokenize(prompt.encode(), add_bos=True, special=False), extra_stop
+            # A template writes its own BOS and turn markers, which must read as special tokens.
             return self.llm.tokenize(prompt.encode(), add_bos=False, special=True), extra_stop
         assert request.prompt is not None
         return self.llm.tokenize(request.prompt.encode(), add_bos=True, special=False), []
@@ -299,10 +314,15 @@ def _common_prefix(have: np.ndarray, want: list[int]) -> int:
     return int(differs[0]) if differs.size else n
 
 
+PLAIN_TURNS = ["\nUser:", "\nAssistant:", "\nSystem:"]
+"""Where a model writing in the plain chat layout starts another turn: the answer ends there."""
+
+
 def _plain_chat(messages: list[dict[str, str]]) -> tuple[str, list[str]]:
-    """Chat layout for models without a chat template (such as the tiny test model)."""
+    """Chat layout for models without a chat template: one ``Role: content`` line per message, then
+    ``Assistant:``. Base models continue it as a transcript, so the answer stops at the next turn."""
     lines = [f"{m['role'].capitalize()}: {m['content']}" for m in messages]
-    return "\n".join([*lines, "Assistant:"]), ["\nUser:"]
+    return "\n".join([*lines, "Assistant:"]), PLAIN_TURNS
 
 
 def _hit_stop(out: bytearray, stops: list[str]) -> bool:
