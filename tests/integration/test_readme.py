@@ -17,10 +17,10 @@ which every ``laya`` command and the producers read the same way, so the
 commands themselves stay as written; its HTTP API listens on a free port instead
 of 8390 (``LAYA_HTTP__PORT``), and the ``curl`` block's URL is given that port.
 
-The order is the README's: the demo (which writes ``.laya/laya-tiny-demo.gguf``),
-then ``laya up`` and the commands run against it (the shell block, then the
+The order is the README's: the demo (which assembles the [model] extra's model
+into ``.laya/models/``), then ``laya up`` and the commands run against it (the shell block, then the
 Python example marked ``<!-- readme-test: python -->``), then the memory
-examples on the demo model. The real-model examples (Qwen files a newcomer does not have)
+examples on that model. The real-model examples (Qwen files a newcomer does not have)
 are the unmarked blocks; :func:`test_every_example_block_is_run_or_needs_a_real_model`
 keeps them that way.
 """
@@ -90,9 +90,11 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
 
     demo = run(without_install(found["demo"]), clone, env)
     assert "laya demo" in found["demo"] and "demo finished; everything is stopped." in demo.stderr
-    assert "sample batch: .laya/demo-requests.jsonl, 47 lines" in demo.stderr  # what the README says it sends
+    assert "sample batch: .laya/demo-requests.jsonl, 17 lines" in demo.stderr  # what the README says it sends
     for route in ("rule:greeting", "rule:ping", "rule:status", "rule:echo", "model:default", "cache"):
         assert route in demo.stdout, demo.stdout
+    assert "runs the [model] extra's Gemma 3 270M base" in demo.stderr  # real weights, not the tiny model
+    assert "' Paris'" in demo.stdout and "' Tokyo'" in demo.stdout, demo.stdout  # real model text
 
     up = RunningUp(found["up"].strip(), cwd=clone, env=env)
     try:
@@ -106,14 +108,16 @@ def test_the_readme_runs_as_written(tmp_path: Path) -> None:
     finally:
         up.close()
     assert used.stdout.startswith("Hello! Send a task and Laya will queue it for the model.\n"), used.stdout
-    assert '"route":"model:default"' in used.stdout  # the haiku's record, from `laya result "$id" --wait`
+    assert '"route":"model:default"' in used.stdout  # the colours' record, from `laya result "$id" --wait`
+    assert '"text":" red, yellow and blue."' in used.stdout, used.stdout
     routes = [orjson.loads(line)["route"] for line in (clone / "results.jsonl").read_bytes().splitlines()]
     assert routes[:2] == ["rule:greeting", "rule:status"] and "rule:ping" in routes, routes
-    assert "ticket 1: [rule:status]" in used.stdout and "ticket 3: [rule:greeting]" in used.stdout
+    assert "question 1: [rule:status]" in used.stdout and "question 3: [rule:greeting]" in used.stdout
     chat = orjson.loads(curl.stdout)
     assert chat["choices"][0]["message"]["content"].startswith("Hello!") and chat["laya"]["route"] == "rule:greeting"
     assert python.returncode == 0, python.stderr
     assert python.stdout.startswith("model:default ") and python.stdout.endswith("model:default\n"), python.stdout
+    assert python.stdout.startswith("model:default  night\n"), python.stdout
 
     planned = run(found["plan"], clone, env)
     assert planned.stdout.count("verdict FITS") == 2 and '"verdict": "fits"' in planned.stdout, planned.stdout
