@@ -205,10 +205,7 @@ class LlamaBackend:
         try:
             if self._evaluate_prompt(tokens, controls):
                 finish, budget = "deadline", 0
-            # reset=False: continue from the cache _evaluate_prompt left, without generate's own prefix logic.
-            for token in self.llm.generate(tokens[-1:], reset=False, top_k=request.top_k, top_p=request.top_p,
-                                           temp=request.temperature, repeat_penalty=request.repeat_penalty,
-                                           grammar=grammar) if budget else ():
+            for token in self._tokens(tokens[-1], request, grammar) if budget else ():
                 last = time.monotonic()
                 if count == 0:
                     first = last
@@ -243,6 +240,33 @@ class LlamaBackend:
         return Generation(text=text, finish_reason=finish, prompt_tokens=len(tokens), completion_tokens=count,
                           ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate,
                           cached_tokens=self.cached_tokens)
+
+    def _tokens(self, last_prompt_token: int, request: Request, grammar: object) -> Iterator[int]:
+        """Generated tokens, one at a time, from the cache :meth:`_evaluate_prompt` left.
+
+        Greedy requests (temperature 0, no repeat penalty, no grammar) take the most likely token
+        straight from llama.cpp's logits, which are read in place, not copied: the same token
+        llama.cpp's greedy sampler picks (the first of equal maxima), without building its
+        candidate list of the whole vocabulary for every token. Others go through
+        llama-cpp-python's chain of llama.cpp's own samplers.
+        """
+        llm = self.llm
+        if request.temperature > 0 or request.repeat_penalty != 1.0 or grammar is not None:
+            # reset=False: continue from the cache as it is, without generate's own prefix logic.
+            yield from llm.generate([last_prompt_token], reset=False, top_k=request.top_k, top_p=request.top_p,
+                                    temp=request.temperature, repeat_penalty=request.repeat_penalty,
+                                    grammar=grammar)
+            return
+        import llama_cpp
+        import numpy as np
+
+        n_vocab = llm.n_vocab()
+        token = last_prompt_token
+        while True:
+            llm.eval([token])
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))
+            token = int(logits.argmax())
+            yield token
 
     def _evaluate_prompt(self, tokens: list[int], controls: Controls) -> bool:
         """Bring llama.cpp's cache to all but the last prompt token, one ``n_batch`` chunk at a time;
