@@ -147,7 +147,8 @@ def test_demo_runs_to_its_summary(tmp_path: Path) -> None:
     demo = subprocess.run([str(BIN / "laya"), "demo", "--requests", "6"], check=False, cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert demo.returncode == 0, demo.stderr
-    assert "its text is meaningless" in demo.stderr.lower()
+    assert "runs the [model] extra's gemma 3 270m" in demo.stderr.lower()  # the test extra brings the model
+    assert "cache                    ' Paris'" in demo.stdout
     second_pass = demo.stdout.split("second pass")[1]
     for route in ("cache", "rule:greeting", "rule:ping", "error:invalid_request", "error:invalid_json"):
         assert route in second_pass
