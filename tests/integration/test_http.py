@@ -162,9 +162,18 @@ def test_a_bad_request_names_its_param(door: Door) -> None:
 
 
 def _jobs_done(door: Door) -> int:
+    """The workers' finished-job count, from a beat taken after this call began with every worker idle
+    (a beat comes each heartbeat interval, so an earlier one may not count a job that just ended)."""
     import orjson
 
-    return sum(orjson.loads(raw).get("jobs_done", 0) for raw in door.redis.hvals(f"{door.prefix}:stats:worker"))
+    asked = time.time()
+    deadline = time.monotonic() + 30
+    while True:
+        beats = [orjson.loads(raw) for raw in door.redis.hvals(f"{door.prefix}:stats:worker")]
+        if beats and all(b["beat_at"] > asked and b["state"] == "idle" for b in beats):
+            return sum(b.get("jobs_done", 0) for b in beats)
+        assert time.monotonic() < deadline, f"no current idle beat from the workers: {beats}"
+        time.sleep(0.05)
 
 
 def test_an_idempotency_key_sent_twice_runs_the_model_once(door: Door) -> None:
@@ -177,7 +186,6 @@ def test_an_idempotency_key_sent_twice_runs_the_model_once(door: Door) -> None:
     assert first.status_code == second.status_code == 200
     assert first.json()["id"] == second.json()["id"] == "twice-1"
     assert first.json()["choices"] == second.json()["choices"]
-    time.sleep(0.5)  # a beat, so the worker's count is current
     assert _jobs_done(door) - before == 1
     del client
 
