@@ -31,6 +31,7 @@ from laya.errors import ServerError
 from laya.keys import Keys
 from laya.ops.bundled import BUNDLED, bundled_model
 from laya.ops.supervisor import RestartPolicy, Supervisor, describe_exit, die_with_parent
+from laya.router.reaper import Reaper
 from laya.worker.tinymodel import write_tiny_model
 
 __all__ = ["EmbeddedValkey", "Stack", "ensure_model"]
@@ -415,23 +416,37 @@ class Stack:
             self._forget_dead_workers(pid)
 
     def _forget_dead_workers(self, pid: int | None = None) -> None:
-        """Unregister this host's Laya workers whose process is gone (only ``pid``'s, when given).
+        """Unregister this host's Laya workers whose process is gone (only ``pid``'s, when given),
+        and reap the jobs they held at once.
 
         A SIGKILLed worker cannot unregister itself, and RQ lists it for its
         worker TTL (7 minutes), so ``rq info`` would show one more per crash.
-        Jobs are not affected: a dead worker's job is found by its heartbeat.
+        Its job would wait for its heartbeat to expire (``runtime.heartbeat_ttl_s``);
+        the supervisor knows it died, so the reaper requeues (or fails) it now.
         """
         from rq import Worker
 
         host = socket.gethostname()
         try:
-            for worker in Worker.all(connection=self._redis):
-                if (worker.name.startswith("laya-") and worker.hostname == host and worker.pid is not None
-                        and (worker.pid == pid if pid is not None else not _alive(worker.pid))):
-                    log.info("unregistered RQ worker %s (its process is gone)", worker.name)
-                    worker.register_death()  # type: ignore[no-untyped-call]
+            dead = [worker for worker in Worker.all(connection=self._redis)
+                    if worker.name.startswith("laya-") and worker.hostname == host and worker.pid is not None
+                    and (worker.pid == pid if pid is not None else not _alive(worker.pid))]
+            if not dead:
+                return
+            assert self._redis is not None
+            reaper = Reaper.of(self._redis, self.settings, owner=f"laya-up-{host}-{os.getpid()}")
+            for worker in dead:
+                executions = [m.decode() if isinstance(m, bytes) else m
+                              for m in self._redis.smembers(worker.executions_key)]
+                if executions:
+                    reaper.reap_dead_worker(worker.name, executions)
+                    log.info("reaped the job(s) of dead worker %s at once: %s", worker.name,
+                             ", ".join(sorted(e.rpartition(":")[0] for e in executions)))
+            for worker in dead:
+                log.info("unregistered RQ worker %s (its process is gone)", worker.name)
+                worker.register_death()  # type: ignore[no-untyped-call]
         except RedisError as exc:
-            log.warning("could not unregister dead RQ workers: %s", exc)
+            log.warning("could not unregister dead RQ workers or reap their jobs: %s", exc)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -125,9 +125,7 @@ class Router:
                                         {lane: queue.key for lane, queue in self.queues.items()})
         self.stages: list[Stage] = [self.decode_stage, self.rules_stage, self.cache_stage, self.intent_stage,
                                     self.semantic_stage, self.admission]
-        self.reaper = Reaper({queue.name: queue for queue in self.queues.values()}, self.results,
-                             lock_key=self.keys.reaper_lock, owner=self.consumer,
-                             grace_s=settings.runtime.heartbeat_ttl_s)
+        self.reaper = Reaper.of(redis, settings, owner=self.consumer)
         self._reap_due = 0.0
         self.latency = LatencyWindow()
         """Each request's own decision time."""

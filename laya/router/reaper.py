@@ -15,6 +15,11 @@ maintenance pass. The reaper puts a job that has sat there longer than
 ``grace_s`` back at the front of its queue: it never ran, so no retry is spent.
 A job a worker refused (not Laya's) also leaves its id there; the reaper drops
 such ids instead of queueing the job for another refusal.
+
+A supervisor that sees a worker die (``laya up``) need not wait for the
+heartbeat: :meth:`Reaper.reap_dead_worker` releases the dead worker's request locks,
+marks its executions expired and reaps at once, through the same cleanup, so a job is requeued or
+failed exactly as the heartbeat path would.
 """
 
 from __future__ import annotations
@@ -23,23 +28,32 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from rq import Queue
 from rq.exceptions import NoSuchJobError
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
-from laya.connection import release_lock
+from laya.connection import ReplicaAcks, release_lock
 from laya.contract import is_laya_job, job_error_result, job_reply_to
 from laya.errors import InferenceError
+from laya.keys import Keys
 from laya.results import ResultStore
+from laya.schema import LANES
 
 if TYPE_CHECKING:
-    from rq import Queue
+    from collections.abc import Collection
+
+    from redis import Redis
+
+    from laya.config import Settings
 
 __all__ = ["Reaper"]
 
 log = logging.getLogger("laya.router.reaper")
 
 LOCK_TTL_S = 30
+LOCK_WAIT_S = 5.0
+"""How long :meth:`Reaper.reap_executions` waits for another router's reaping pass to end."""
 
 
 _REQUEUE = """
@@ -58,6 +72,16 @@ class Reaper:
         self.owner = owner
         self.grace_s = grace_s
 
+    @classmethod
+    def of(cls, redis: Redis, settings: Settings, *, owner: str) -> Reaper:
+        """A reaper over every served model's queues, as the routers run it."""
+        keys = Keys(settings.redis.prefix)
+        queues = [Queue(keys.queue_name(name, lane), connection=redis, serializer="json")
+                  for name in settings.model_names for lane in LANES]
+        results = ResultStore(redis, keys, ttl_s=settings.router.result_ttl_s, acks=ReplicaAcks.of(settings.redis))
+        return cls({queue.name: queue for queue in queues}, results, lock_key=keys.reaper_lock, owner=owner,
+                   grace_s=settings.runtime.heartbeat_ttl_s)
+
     def run_once(self, now: float | None = None) -> int:
         """Handle every job abandoned before ``now``; returns how many were failed for good.
 
@@ -69,6 +93,39 @@ class Reaper:
             return 0
         try:
             return self._reap(now if now is not None else time.time())
+        finally:
+            release_lock(redis, self.lock_key, self.owner)
+
+    def reap_dead_worker(self, worker_name: str, executions: Collection[str]) -> int:
+        """Reap now the jobs of a worker known to be dead; returns how many were failed for good.
+
+        ``executions`` are its RQ executions (``job_id:execution_id``, from the
+        worker's execution index). The request locks the worker held are
+        released (the next attempt need not wait them out), and each execution is
+        marked expired in its started registry (only if still there: one that
+        finished is left alone); then the usual pass requeues or fails it. The
+        pass waits up to :data:`LOCK_WAIT_S` for another router's; if that one
+        still holds the lock, the marks stay and the next pass reaps them.
+        """
+        if not executions:
+            return 0
+        redis = self.results.redis
+        for execution in executions:
+            release_lock(redis, self.results.keys.lock(execution.rpartition(":")[0]), worker_name)
+        with redis.pipeline(transaction=False) as pipe:
+            for queue in self.queues.values():
+                for execution in executions:
+                    pipe.zadd(StartedJobRegistry(queue=queue).key, {execution: 0}, xx=True)
+            pipe.execute()
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while not redis.set(self.lock_key, self.owner, nx=True, ex=LOCK_TTL_S):
+            if time.monotonic() >= deadline:
+                log.warning("a dead worker's jobs wait for the next reaping pass: %s holds the reaper lock",
+                            redis.get(self.lock_key))
+                return 0
+            time.sleep(0.02)
+        try:
+            return self._reap(time.time())
         finally:
             release_lock(redis, self.lock_key, self.owner)
 

@@ -164,6 +164,33 @@ def test_a_killed_worker_is_restarted_and_requests_before_and_after_are_answered
     assert [w.pid for w in rq_workers(port)] == [replacement]
 
 
+def test_a_killed_workers_job_starts_again_at_once_not_after_its_heartbeat_ttl(
+        tmp_path: Path, port: int, endless_model: Path, up_factory: Callable[..., Up]) -> None:
+    """`laya up` saw the death: the job is requeued then, not when its heartbeat is 60 s old."""
+    write_config(tmp_path, port, endless_model, max_seq_len=4096, heartbeat_ttl_s=60, job_retries=1)
+    up = up_factory()
+    up.wait_for("laya is up")
+    [worker] = up.pids("worker")
+    redis = Redis(port=port)
+    client = Client(redis)
+    request = client.submit("tell me everything", max_tokens=3000, cache=False)
+    wait_until(lambda: redis.exists(f"laya:lock:{request}"), 30, "the job to start")
+    holder = redis.get(f"laya:lock:{request}")
+    os.kill(worker, signal.SIGKILL)
+    killed = time.monotonic()
+    up.wait_for(rf"reaped the job\(s\) of dead worker \S+ at once: {request}", timeout=10)
+    wait_until(lambda: redis.get(f"laya:lock:{request}") not in (None, holder), 50,
+               "the replacement worker to take the job's lock")
+    restarted = time.monotonic() - killed
+    result = client.wait(request, timeout=60)
+    answered = time.monotonic() - killed
+    assert result.route == "model:default" and result.usage.completion_tokens == 3000
+    assert restarted < 10, f"the job started again {restarted:.1f} s after the kill"
+    assert answered < 30, f"answered {answered:.1f} s after the kill"
+    from rq.job import Job
+    assert Job.fetch(request, connection=redis, serializer="json").retries_left == 0  # the retry was spent
+
+
 def test_laya_up_on_a_quantised_model_answers_submit_and_keeps_answering_after_a_worker_crash(
         tmp_path: Path, port: int, q4km_model: Path, up_factory: Callable[..., Up]) -> None:
     """Issue 12's bar: a Q4_K_M model of a real architecture, `laya submit --wait`, a SIGKILLed worker."""
