@@ -414,6 +414,35 @@ class Stack:
     def _on_death(self, role: str, pid: int) -> None:
         if role.startswith("worker"):
             self._forget_dead_workers(pid)
+        elif role == "router":
+            self._hand_over_router_entries(pid)
+
+    def _hand_over_router_entries(self, pid: int) -> None:
+        """Make the entries a dead router of this host had read but not committed claimable at once.
+
+        Routers claim pending entries idle over ``router.claim_idle_ms``; the
+        dead router's are marked that idle (XCLAIM with IDLE, to the same
+        consumer), so the replacement's first read claims them instead of
+        waiting for them to age.
+        """
+        assert self._redis is not None
+        keys = Keys(self.settings.redis.prefix)
+        prefix = f"{socket.gethostname()}-{pid}-"
+        try:
+            for consumer in self._redis.xinfo_consumers(keys.ingress, keys.router_group):
+                name = consumer["name"].decode() if isinstance(consumer["name"], bytes) else consumer["name"]
+                if not name.startswith(prefix):
+                    continue
+                if pending := int(consumer["pending"]):
+                    entries = self._redis.xpending_range(keys.ingress, keys.router_group, min="-", max="+",
+                                                         count=pending, consumername=name)
+                    ids = [entry["message_id"] for entry in entries]
+                    self._redis.xclaim(keys.ingress, keys.router_group, name, min_idle_time=0, message_ids=tuple(ids),
+                                       idle=self.settings.router.claim_idle_ms, justid=True)
+                    log.info("the dead router %s had %d entries pending; the next router claims them at once",
+                             name, len(ids))
+        except RedisError as exc:
+            log.warning("could not hand over a dead router's pending entries: %s", exc)
 
     def _forget_dead_workers(self, pid: int | None = None) -> None:
         """Unregister this host's Laya workers whose process is gone (only ``pid``'s, when given),

@@ -191,6 +191,31 @@ def test_a_killed_workers_job_starts_again_at_once_not_after_its_heartbeat_ttl(
     assert Job.fetch(request, connection=redis, serializer="json").retries_left == 0  # the retry was spent
 
 
+def test_a_killed_routers_pending_entries_are_claimed_at_once_not_after_claim_idle_ms(
+        tmp_path: Path, port: int, tiny_model: Path, up_factory: Callable[..., Up]) -> None:
+    """The router read requests and died before committing them: its replacement claims them at once
+    (router.claim_idle_ms is its default, 15 s, here)."""
+    write_config(tmp_path, port, tiny_model)
+    up = up_factory()
+    up.wait_for("laya is up")
+    [router] = up.pids("router")
+    redis = Redis(port=port)
+    [consumer] = [c["name"].decode() for c in redis.xinfo_consumers("laya:ingress", "routers")
+                  if c["name"].decode().startswith(f"{socket.gethostname()}-{router}-")]
+    os.kill(router, signal.SIGSTOP)  # it reads nothing more; this test reads for it, as it would have
+    client = Client(redis)
+    requests = [client.submit(f"jello {i}", cache=False) for i in range(3)]
+    redis.xreadgroup("routers", consumer, {"laya:ingress": ">"}, count=10)  # a blocked read may have taken some
+    assert redis.xpending("laya:ingress", "routers")["consumers"] == [{"name": consumer.encode(), "pending": 3}]
+    os.kill(router, signal.SIGKILL)
+    killed = time.monotonic()
+    for request in requests:
+        assert client.wait(request, timeout=30).route == "model:default"
+    answered = time.monotonic() - killed
+    assert answered < 6, f"answered {answered:.1f} s after the kill (claim_idle_ms is 15 s)"
+    assert "the next router claims them at once" in up.text()
+
+
 def test_laya_up_on_a_quantised_model_answers_submit_and_keeps_answering_after_a_worker_crash(
         tmp_path: Path, port: int, q4km_model: Path, up_factory: Callable[..., Up]) -> None:
     """Issue 12's bar: a Q4_K_M model of a real architecture, `laya submit --wait`, a SIGKILLed worker."""
