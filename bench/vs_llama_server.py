@@ -33,8 +33,8 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -248,10 +248,10 @@ def build_llama_server(version: str, cache_dir: Path, target: Path) -> None:
     started = time.monotonic()
     with open(log, "wb") as out:
         for command in (configure, compile_):
-            if subprocess.run(command, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
+            if subprocess.run(command, check=False, stdout=out, stderr=subprocess.STDOUT).returncode != 0:
                 raise SystemExit(f"{' '.join(command)} failed; its log: {log}")
     shutil.copy2(build / "bin" / "llama-server", target / "llama-server")
-    compiler = subprocess.run(["c++", "--version"], capture_output=True, text=True).stdout.splitlines()[:1]
+    compiler = subprocess.run(["c++", "--version"], check=False, capture_output=True, text=True).stdout.splitlines()[:1]
     (target / "build.txt").write_text(
         f"built by this bench from llama-cpp-python {version}'s sdist ({vendored_commit(source.parent.parent)}), "
         f"in {time.monotonic() - started:.0f} s{reused}: in vendor/llama.cpp, `cmake -B build "
@@ -272,7 +272,7 @@ def vendored_commit(sdist: Path) -> str:
 
 
 def server_version(binary: Path) -> str:
-    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run([str(binary), "--version"], check=False, capture_output=True, text=True, timeout=30)
     return " ".join(line.strip() for line in (out.stdout + out.stderr).splitlines() if line.strip())
 
 

@@ -48,7 +48,7 @@ def bundled_model(data_dir: Path) -> Path | None:
         package = __import__(BUNDLED.package)
     except ImportError:
         return None
-    target = data_dir / "models" / package.MODEL_NAME
+    target = data_dir / "models" / str(package.MODEL_NAME)
     record = target.with_name(target.name + ".sha256")
     if target.is_file() and record.is_file() and record.read_text().split() == _stamp(target, package):
         return target

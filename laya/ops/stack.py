@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Any, Self
 
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
@@ -436,8 +436,8 @@ class Stack:
                 if pending := int(consumer["pending"]):
                     entries = self._redis.xpending_range(keys.ingress, keys.router_group, min="-", max="+",
                                                          count=pending, consumername=name)
-                    ids = [entry["message_id"] for entry in entries]
-                    self._redis.xclaim(keys.ingress, keys.router_group, name, min_idle_time=0, message_ids=tuple(ids),
+                    ids: list[Any] = [entry["message_id"] for entry in entries]
+                    self._redis.xclaim(keys.ingress, keys.router_group, name, min_idle_time=0, message_ids=ids,
                                        idle=self.settings.router.claim_idle_ms, justid=True)
                     log.info("the dead router %s had %d entries pending; the next router claims them at once",
                              name, len(ids))

@@ -24,6 +24,7 @@ from laya.schema import Request
 if TYPE_CHECKING:
     import numpy as np
     from llama_cpp import Llama
+    from llama_cpp.llama_grammar import LlamaGrammar
 
     from laya.config import Settings
 
@@ -241,7 +242,7 @@ class LlamaBackend:
                           ttft_s=first - started, generation_s=last - started, decode_tokens_per_s=decode_rate,
                           cached_tokens=self.cached_tokens)
 
-    def _tokens(self, last_prompt_token: int, request: Request, grammar: object) -> Iterator[int]:
+    def _tokens(self, last_prompt_token: int, request: Request, grammar: LlamaGrammar | None) -> Iterator[int]:
         """Generated tokens, one at a time, from the cache :meth:`_evaluate_prompt` left.
 
         Greedy requests (temperature 0, no repeat penalty, no grammar) take the most likely token
