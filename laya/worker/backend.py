@@ -51,7 +51,7 @@ class Generation:
 
 OnToken = Callable[[int], None]
 """Called with the count of generated tokens so far: after every generated token, and with 0
-after every chunk of a long prompt (heartbeats; ``LlamaBackend._evaluate_prompt`` sizes the chunks)."""
+after every ``n_batch`` chunk of a long prompt (heartbeats)."""
 
 OnText = Callable[[str], None]
 """Called with text as it is generated, for streaming: the pieces, concatenated, are a prefix of the final
@@ -106,10 +106,6 @@ class LlamaBackend:
         self.n_threads = n_threads
         self.cached_tokens = 0
         """Prompt tokens the prompt cache held for the latest request (not evaluated again)."""
-        self.step_s = settings.runtime.heartbeat_interval_s / 2
-        """Longest a prompt chunk should take: heartbeats come between chunks (see ``_evaluate_prompt``)."""
-        self.prompt_rate: float | None = None
-        """Prompt tokens per second of the latest chunk; ``None`` before the first."""
         kv = GGML_KV_TYPE[settings.memory.kv_cache_policy]
         self.name = model.name
         self.path = model.path
@@ -274,18 +270,14 @@ class LlamaBackend:
             yield token
 
     def _evaluate_prompt(self, tokens: list[int], controls: Controls) -> bool:
-        """Bring llama.cpp's cache to all but the last prompt token, one chunk at a time; ``True`` if
-        the request's own deadline (``controls.cut_at``) passed on the way.
+        """Bring llama.cpp's cache to all but the last prompt token, one ``n_batch`` chunk at a time;
+        ``True`` if the request's own deadline (``controls.cut_at``) passed on the way.
 
         ``Llama.generate`` would evaluate the whole prompt in one native call, during which no
         heartbeat can be sent: a long prompt on a slow machine would look like a dead worker.
         Here the heartbeat comes after every chunk, and ``generate`` is then given only the last
-        token. A chunk is at most ``n_batch`` tokens, and no more than the latest prompt speed
-        evaluates in ``step_s`` (half the heartbeat interval), so the gap between two heartbeats
-        stays under 1.5 intervals on any model and machine; the first chunk a worker evaluates is
-        ``FIRST_CHUNK`` tokens, to learn that speed. The prefix shared with the previous request
-        stays cached, as ``generate`` keeps it; a model whose memory cannot be cut back (recurrent
-        or hybrid) starts from empty.
+        token. The prefix shared with the previous request stays cached, as ``generate`` keeps
+        it; a model whose memory cannot be cut back (recurrent or hybrid) starts from empty.
         """
         import llama_cpp
 
@@ -295,8 +287,7 @@ class LlamaBackend:
                 llama_cpp.llama_get_memory(llm.ctx), 0, cached, -1):
             cached = 0  # eval() then clears the whole sequence, which every kind of memory allows
         llm.n_tokens = self.cached_tokens = cached
-        start, end = cached, len(tokens) - 1
-        while start < end:
+        for start in range(cached, len(tokens) - 1, llm.n_batch):
             clock = time.monotonic()
             if controls.cut_at is not None and clock > controls.cut_at:
                 return True
@@ -304,21 +295,9 @@ class LlamaBackend:
                 raise GenerationTimeout(
                     f"job deadline passed while evaluating the {len(tokens)}-token prompt; raise "
                     "runtime.job_timeout_s or send a shorter prompt")
-            size = min(self.chunk_tokens(), end - start)
-            llm.eval(tokens[start:start + size])
-            self.prompt_rate = size / max(time.monotonic() - clock, 1e-6)
-            start += size
+            llm.eval(tokens[start:min(start + llm.n_batch, len(tokens) - 1)])
             controls.on_token(0)
         return False
-
-    FIRST_CHUNK = 32
-
-    def chunk_tokens(self) -> int:
-        """Prompt tokens the next chunk evaluates: what the latest speed does in ``step_s``, within
-        [``FIRST_CHUNK``, ``n_batch``]."""
-        if self.prompt_rate is None:
-            return min(self.llm.n_batch, self.FIRST_CHUNK)
-        return min(self.llm.n_batch, max(self.FIRST_CHUNK, int(self.prompt_rate * self.step_s)))
 
 
 @contextlib.contextmanager
