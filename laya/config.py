@@ -143,17 +143,19 @@ class RuntimeConfig(BaseModel):
         "backpressure. Start one worker per GPU instead of raising this.",
     )
     n_batch: int = Field(512, ge=1, le=8192, description="Prompt tokens llama.cpp evaluates per step; "
-                         "the worker heartbeats between steps.")
+                         "the job deadline is checked between steps.")
     job_timeout_s: int = Field(
         600, ge=1, le=86_400, description="Hard limit on one job; checked between tokens."
     )
     heartbeat_interval_s: float = Field(
-        2.0, gt=0, le=60, description="How often a running job proves the worker is alive."
+        2.0, gt=0, le=60, description="How often a running job proves the worker is alive (from a thread of its "
+        "own, whatever the model is doing, until the job's deadline).",
     )
     heartbeat_ttl_s: int = Field(
-        60, ge=5, le=86_400,
-        description="A running job whose worker sent no heartbeat this long counts as lost. It must "
-        "cover the evaluation of one n_batch chunk of prompt (heartbeats come between chunks).",
+        5, ge=5, le=86_400,
+        description="A running job whose worker sent no heartbeat this long counts as lost, and is run again "
+        "(or failed) by a router's reaper. Raise it where Redis can be unreachable longer (failovers, "
+        "a flaky network): a worker cut off that long loses its jobs to others.",
     )
     job_retries: int = Field(
         1, ge=0, le=10, description="Times a job whose worker was lost is run again before it fails."
@@ -179,13 +181,13 @@ class RuntimeConfig(BaseModel):
     def _beats_fit_the_ttl(self) -> RuntimeConfig:
         if self.heartbeat_interval_s * 2 > self.lock_ttl_s:
             raise ValueError(f"heartbeat_interval_s ({self.heartbeat_interval_s}) must be at most half of "
-                             f"heartbeat_ttl_s - 2 ({self.lock_ttl_s}) so a live job never looks lost")
+                             f"heartbeat_ttl_s - 1 ({self.lock_ttl_s}) so a live job never looks lost")
         return self
 
     @property
     def lock_ttl_s(self) -> int:
         """A request's lock outlives a missed beat but expires before the reaper requeues the job."""
-        return self.heartbeat_ttl_s - 2
+        return self.heartbeat_ttl_s - 1
 
 
 class MemoryConfig(BaseModel):
@@ -230,10 +232,11 @@ class RouterConfig(BaseModel):
     batch_size: int = Field(256, ge=1, le=10_000, description="Stream entries read per round trip.")
     block_ms: int = Field(1000, ge=1, le=60_000, description="How long one read waits for entries.")
     reap_interval_s: float = Field(
-        2.0, gt=0, le=600, description="How often a router looks for jobs whose worker was lost."
+        0.5, gt=0, le=600, description="How often a router looks for jobs whose worker was lost."
     )
     claim_idle_ms: int = Field(
-        15_000, ge=100, le=3_600_000, description="Pending entries idle this long are reclaimed."
+        3_000, ge=100, le=3_600_000, description="Entries a router read and has not committed this long "
+        "(it died, or lost Redis) are claimed by another router; routers look every claim_idle_ms / 2.",
     )
     max_queue_depth: int = Field(
         256, ge=1, le=10_000_000,

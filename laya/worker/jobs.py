@@ -58,10 +58,8 @@ class WorkerRuntime:
     keys: Keys
     job_timeout_s: float
     cache_ttl_s: int
-    heartbeat: Callable[[], None]
-    """Throttled liveness signal, called from the token loop (also keeps the request's lock)."""
-    keep_alive: Callable[[], object]
-    """The same signal without the lock, while a job waits for a lock another attempt left."""
+    holding: Callable[[str | None], None]
+    """Tells the worker which request lock the job holds (``None``: none), for its heartbeats to renew."""
     worker_name: str
     lock_ttl_s: int
     stream_flush_ms: float = 20.0
@@ -92,11 +90,13 @@ def generate(raw: dict[str, Any]) -> dict[str, Any]:
     if not _take_lock(rt, lock):
         log.warning("request %s is running on %s; not running it twice", request.id, rt.redis.get(lock))
         return {"route": "duplicate"}
+    rt.holding(lock)
     try:
         if _answered(rt, request.id):  # by the lock's last holder, before it went
             return {"route": "duplicate"}
         return _generate(rt, request, payload, started)
     finally:
+        rt.holding(None)
         release_lock(rt.redis, lock, rt.worker_name)
 
 
@@ -114,9 +114,9 @@ def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
     lock nobody renews was left by an attempt that ended without releasing it
     (a failover cut the connection; its job came back for a retry), and
     returning "duplicate" then would leave the request without an answer. So
-    a held lock is watched for up to ``lock_ttl_s``, the job's own heartbeat
-    kept alive meanwhile: renewed means a live holder; gone means it was
-    stale, and it is taken.
+    a held lock is watched for up to ``lock_ttl_s`` (the job's own heartbeats
+    go on meanwhile): renewed means a live holder; gone means it was stale,
+    and it is taken.
     """
     if rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
         return True
@@ -124,7 +124,6 @@ def _take_lock(rt: WorkerRuntime, lock: str) -> bool:
     left = int(rt.redis.pttl(lock))
     while time.monotonic() < deadline:
         time.sleep(_LOCK_POLL_S)
-        rt.keep_alive()
         if rt.redis.set(lock, rt.worker_name, nx=True, ex=rt.lock_ttl_s):
             log.warning("took over the lock of %s, which its holder stopped renewing", lock)
             return True
@@ -163,7 +162,6 @@ def _generate(rt: WorkerRuntime, request: Request, payload: JobPayload, started:
     controls = Controls(
         deadline=clock + rt.job_timeout_s,
         cut_at=clock + (expires_at - time.time()) if expires_at is not None else None,
-        on_token=lambda _count: rt.heartbeat(),
         on_text=stream.add if stream is not None else None,
     )
     try:

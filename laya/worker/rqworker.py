@@ -7,8 +7,11 @@ and its SIGALRM timeout cannot interrupt native code. So this worker:
 
 * loads the backend before ``work()`` and hands it to jobs through
   :func:`laya.worker.jobs.install_runtime`;
-* heartbeats from the token loop (throttled to ``runtime.heartbeat_interval_s``)
-  and checks the job deadline there, instead of RQ's alarm;
+* heartbeats for the running job from a thread of its own, every
+  ``runtime.heartbeat_interval_s`` until the job's deadline, whatever the model is
+  doing: one native call (a prompt chunk on a busy CPU) may take seconds, and a
+  worker that is only slow must not look dead;
+* checks the job deadline in the token loop, instead of RQ's alarm;
 * runs nothing but :data:`laya.contract.ALLOWED_FUNCTIONS`.
 """
 
@@ -18,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +29,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import Queue, SimpleWorker
 from rq.exceptions import StopRequested
@@ -115,8 +120,13 @@ class LayaWorker(SimpleWorker):
         self.backend = backend
         self.keys = Keys(settings.redis.prefix)
         self._current: tuple[Job, Any] | None = None
-        self._last_beat = 0.0
+        self._beat_until = 0.0
+        self._lock: str | None = None
         self._lost_lock: str | None = None
+        self._beat_guard = threading.Lock()
+        self._beats_stop = threading.Event()
+        self._beats = threading.Thread(target=self._beat_while_running, name="laya-job-heartbeat", daemon=True)
+        self._beats.start()
         self.results = ResultStore(connection, self.keys, ttl_s=settings.router.result_ttl_s,
                                    acks=ReplicaAcks.of(settings.redis))
         self.metrics = metrics
@@ -126,8 +136,7 @@ class LayaWorker(SimpleWorker):
             redis=connection, keys=self.keys,
             job_timeout_s=settings.runtime.job_timeout_s,
             cache_ttl_s=settings.router.cache_ttl_s,
-            heartbeat=self.beat,
-            keep_alive=self.keep_alive,
+            holding=self.holding,
             worker_name=self.name,
             lock_ttl_s=settings.runtime.lock_ttl_s,
             metrics=metrics,
@@ -145,6 +154,7 @@ class LayaWorker(SimpleWorker):
     def teardown(self) -> None:
         # RQ's handlers raise StopRequested when idle, and nothing out of the loop would catch it.
         self.stop.install()
+        self._beats_stop.set()
         super().teardown()  # type: ignore[no-untyped-call]
 
     def subscribe(self) -> None:
@@ -165,27 +175,38 @@ class LayaWorker(SimpleWorker):
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         return self.settings.runtime.heartbeat_ttl_s
 
-    def beat(self) -> None:
-        """Prove liveness for the running job and keep its request's lock, at most once per heartbeat interval."""
-        current = self._current
-        if current is None or not self.keep_alive():
-            return
-        lock = self.keys.lock(current[0].id)
-        if not renew_lock(self.connection, lock, self.name, self.settings.runtime.lock_ttl_s) and lock != self._lost_lock:
-            self._lost_lock = lock  # say it once per job
-            log.warning("lost the lock on request %s (no heartbeat for %d s?); finishing it, but its "
-                        "result may come from another worker", current[0].id, self.settings.runtime.lock_ttl_s)
+    def _beat_while_running(self) -> None:
+        interval = self.settings.runtime.heartbeat_interval_s
+        failing = False
+        while not self._beats_stop.wait(interval):
+            try:
+                self.beat()
+                failing = False
+            except RedisError as exc:
+                if not failing:  # once per outage
+                    log.warning("heartbeat failed (%s: %s); trying again every %g s", type(exc).__name__, exc,
+                                interval)
+                failing = True
 
-    def keep_alive(self) -> bool:
-        """Prove liveness for the running job, at most once per heartbeat interval; whether it did now. Alone
-        (without the lock) while the job waits for a lock another attempt left."""
-        current = self._current
-        clock = time.monotonic()
-        if current is None or clock - self._last_beat < self.settings.runtime.heartbeat_interval_s:
-            return False
-        self._last_beat = clock
-        self.maintain_heartbeats(*current)
-        return True
+    def beat(self) -> None:
+        """Prove liveness for the running job and keep the request lock it holds; nothing once the job's
+        deadline (``runtime.job_timeout_s``) has passed, so a job stuck past it looks dead and is reaped."""
+        with self._beat_guard:
+            current, lock = self._current, self._lock
+            if current is None or time.monotonic() > self._beat_until:
+                return
+            self.maintain_heartbeats(*current)
+            if lock is None or renew_lock(self.connection, lock, self.name, self.settings.runtime.lock_ttl_s):
+                return
+            if lock != self._lost_lock:
+                self._lost_lock = lock  # said once per job
+                log.warning("lost the lock on request %s (no heartbeat for %d s?); finishing it, but its "
+                            "result may come from another worker", current[0].id, self.settings.runtime.lock_ttl_s)
+
+    def holding(self, lock: str | None) -> None:
+        """The request lock the running job holds from now on (``None``: none); heartbeats renew it."""
+        with self._beat_guard:
+            self._lock = lock
 
     def handle_job_failure(self, job: Job, queue: Queue, started_job_registry: Any = None, exc_string: str = "",
                            execution: Any = None) -> None:
@@ -212,14 +233,18 @@ class LayaWorker(SimpleWorker):
                 "refused: not a Laya job function; Laya workers run only "
                 f"{sorted(ALLOWED_FUNCTIONS)}, without callbacks or dependencies"), execution=execution)
         else:
-            self._current, self._last_beat = (job, execution), time.monotonic()
-            started = self._last_beat
+            started = time.monotonic()
+            with self._beat_guard:
+                # The token loop's deadline counts from after the lock wait (at most lock_ttl_s).
+                rt = self.settings.runtime
+                self._current, self._beat_until = (job, execution), started + rt.job_timeout_s + rt.lock_ttl_s
             if self.metrics is not None:
                 self.metrics.started(job.id, time.time())
             try:
                 self.perform_job(job, queue, execution)
             finally:
-                self._current = None
+                with self._beat_guard:
+                    self._current = self._lock = None
                 if self.metrics is not None:
                     self.metrics.stopped(time.monotonic() - started)
         self.set_state("idle")

@@ -343,7 +343,7 @@ def test_a_lock_its_holder_stopped_renewing_is_taken_and_the_request_answered(se
 
 class SlowFirstChunk(LlamaBackend):
     """A first chunk of prompt that takes 2.5 s: less than the 5 s heartbeat_ttl_s the test sets, more than what is
-    left of it after a wait of lock_ttl_s (3 s) without a heartbeat."""
+    left of it after a wait of lock_ttl_s (4 s)."""
 
     def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
         time.sleep(2.5)
@@ -375,6 +375,76 @@ def test_a_job_that_waited_out_a_stale_lock_is_not_reaped_while_it_runs(settings
         reaper.join()
     result = client.result(request_id)
     assert result is not None and result.ok and result.route.startswith("model:"), result  # not error:worker_lost
+
+
+class OneLongStep(LlamaBackend):
+    """One call that does not return for ``seconds``, as a prompt chunk on a busy CPU or a stuck GPU would."""
+
+    seconds = 7.0
+
+    def generate(self, request: Request, *, max_tokens: int, controls: Controls) -> Generation:
+        time.sleep(self.seconds)
+        return super().generate(request, max_tokens=max_tokens, controls=controls)
+
+
+def run_with_reaper(settings: Settings, redis: Redis, backend: LlamaBackend, request_id: str) -> float:
+    """Route ``request_id``, then run a burst worker on ``backend`` while a reaper runs as routers run it;
+    the seconds the worker took."""
+    router = Router(settings, redis, consumer="test")
+    router.ensure_group()
+    while entries := router.read_batch():
+        router.handle(entries)
+    done = threading.Event()
+
+    def reap() -> None:
+        while not done.wait(0.2):
+            router.reaper.run_once()
+
+    reaper = threading.Thread(target=reap)
+    reaper.start()
+    started = time.monotonic()
+    try:
+        run_worker(settings, redis, burst=True, backend=backend)
+    finally:
+        done.set()
+        reaper.join()
+    return time.monotonic() - started
+
+
+def test_a_step_longer_than_the_heartbeat_ttl_does_not_look_like_a_dead_worker(settings: Settings,
+                                                                               redis: Redis) -> None:
+    """Heartbeats come from their own thread: one 7 s native call is not 7 s without a heartbeat (TTL 5 s)."""
+    settings = settings.model_copy(update={"runtime": settings.runtime.model_copy(
+        update={"heartbeat_ttl_s": 5, "heartbeat_interval_s": 1.0, "job_retries": 0})})
+    request_id = Client(redis).submit("jello", max_tokens=4)
+    took = run_with_reaper(settings, redis, OneLongStep(settings), request_id)
+    result = Client(redis).result(request_id)
+    assert took >= OneLongStep.seconds
+    assert result is not None and result.ok and result.route == "model:default", result  # not error:worker_lost
+    assert Job.fetch(request_id, connection=redis, serializer="json").get_status() == "finished"
+
+
+def test_a_job_stuck_past_its_deadline_gets_no_heartbeats_and_is_reaped(settings: Settings, redis: Redis,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """Beats stop at the job's deadline (job_timeout_s, plus the lock wait it may have had): a call stuck past it
+    is a worker lost, answered error:worker_lost while the call still hangs."""
+    settings = settings.model_copy(update={"runtime": settings.runtime.model_copy(
+        update={"heartbeat_ttl_s": 5, "heartbeat_interval_s": 1.0, "job_retries": 0, "job_timeout_s": 1})})
+    stuck = OneLongStep(settings)
+    stuck.seconds = 14.0  # deadline 1 s + lock_ttl_s 4 s, then the last beat's 5 s TTL and a reaping pass
+    request_id = Client(redis).submit("jello", max_tokens=4)
+    answered: list[float] = []
+    started = time.monotonic()
+    watcher = threading.Thread(target=lambda: answered.append(
+        Client(redis).wait(request_id, timeout=30) and time.monotonic() - started))
+    watcher.start()
+    with caplog.at_level(logging.INFO, logger="laya.worker"):
+        run_with_reaper(settings, redis, stuck, request_id)
+    watcher.join()
+    result = Client(redis).result(request_id)
+    assert result is not None and result.route == "error:worker_lost", result
+    assert answered and answered[0] < stuck.seconds, "answered only once the stuck call returned"
+    assert "kept the first one" in caplog.text  # the stuck attempt's own answer, when it came, was not used
 
 
 def test_a_worker_holds_the_request_s_lock_while_it_runs_and_releases_it(settings: Settings,
