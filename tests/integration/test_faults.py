@@ -136,6 +136,91 @@ def test_worker_killed_mid_generation(redis: Redis, redis_server: Server, endles
         assert job.get_status() == "failed"
 
 
+def spawn_with_default_heartbeats(role: str, url: str, model: Path, routes: Path, log: Path) -> subprocess.Popen[bytes]:
+    """A process as on another host, with the heartbeat, reaper and claim defaults (only sizes raised)."""
+    env = {**os.environ, "LAYA_REDIS_URL": url, "LAYA_MODEL_PATH": str(model), "LAYA_ROUTES": str(routes),
+           "LAYA_RUNTIME__MAX_SEQ_LEN": "65536", "LAYA_RUNTIME__MAX_TOKENS_LIMIT": "60000"}
+    return start_laya(role, env, log)
+
+
+def holder_pid(redis: Redis, request_id: str) -> int | None:
+    """The pid of the worker holding a request's lock (worker names end in their pid)."""
+    holder = redis.get(f"laya:lock:{request_id}")
+    return int(holder.rsplit(b"-", 1)[1]) if holder else None
+
+
+def two_workers_on_a_long_job(redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path,
+                              tmp_path: Path) -> tuple[list[subprocess.Popen[bytes]], str, str]:
+    """A router, two workers, and one 6,000-token job running on one of them: the processes, the request
+    id and the reply channel."""
+    procs = [spawn_with_default_heartbeats(role, redis_server.url, endless_model, routes_file, tmp_path / f"{i}.log")
+             for i, role in enumerate(("router", "worker", "worker"))]
+    wait_for(lambda: len(Worker.all(connection=redis)) == 2, 30, "two workers")
+    client = Client(redis)
+    channel = client.new_channel()
+    request_id = client.submit("tell me everything", max_tokens=6000, cache=False, reply_to=channel)
+    wait_for(lambda: holder_pid(redis, request_id), 30, "the job to start")
+    time.sleep(0.5)
+    return procs, request_id, channel
+
+
+def test_a_worker_killed_without_a_supervisor_has_its_job_started_again_within_the_heartbeat_ttl(
+        redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    """No `laya up`: only the job's heartbeats (runtime.heartbeat_ttl_s) and a router's reaper
+    (router.reap_interval_s) bring the job back, at their defaults."""
+    settings = Settings()
+    procs, request_id, channel = two_workers_on_a_long_job(redis, redis_server, endless_model, routes_file, tmp_path)
+    try:
+        victim = holder_pid(redis, request_id)
+        [dead] = [p for p in procs if p.pid == victim]
+        dead.send_signal(signal.SIGKILL)
+        dead.wait()
+        killed = time.monotonic()
+        wait_for(lambda: holder_pid(redis, request_id) not in (None, victim), 30, "the other worker to take the job")
+        restarted = time.monotonic() - killed
+        seen = collect(Client(redis), [request_id], channel, timeout=120)
+    finally:
+        stop_laya(*procs)
+    # Killed between two beats: at most the TTL since the last one, and one reaping pass (scores are whole
+    # seconds, so up to a second more).
+    bound = settings.runtime.heartbeat_ttl_s + settings.router.reap_interval_s + 1.0
+    assert restarted < bound, f"started again {restarted:.1f} s after the kill (bound {bound:g} s)"
+    [result] = seen[request_id]
+    assert result.route == "model:default" and result.usage.completion_tokens == 6000  # type: ignore[union-attr]
+    assert Job.fetch(request_id, connection=redis, serializer="json").retries_left == 0  # the kill cost its retry
+
+
+def test_a_worker_that_was_only_stopped_past_its_ttl_does_not_answer_twice(
+        redis: Redis, redis_server: Server, endless_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    """SIGSTOP past the heartbeat TTL looks like a death: the job runs again on the other worker. SIGCONT: the
+    first attempt goes on, learns it lost the request's lock, and its answer is not pushed a second time."""
+    settings = Settings()
+    procs, request_id, channel = two_workers_on_a_long_job(redis, redis_server, endless_model, routes_file, tmp_path)
+    try:
+        slow = holder_pid(redis, request_id)
+        assert slow is not None
+        os.kill(slow, signal.SIGSTOP)
+        try:
+            wait_for(lambda: holder_pid(redis, request_id) not in (None, slow), 30, "the other worker to take the job")
+            time.sleep(1.0)
+        finally:
+            os.kill(slow, signal.SIGCONT)
+        seen = collect(Client(redis), [request_id], channel, timeout=120)
+        # Both attempts end: the first is not cut off when it learns the lock is gone, it only finishes.
+        wait_for(lambda: all(w.get_state() == "idle" for w in Worker.all(connection=redis)), 120,
+                 "both workers to finish")
+        time.sleep(settings.runtime.heartbeat_interval_s)
+        seen = {k: v + [r for r in Client(redis).poll_channel(channel, timeout=0.5) if r.id == k]
+                for k, v in seen.items()}
+    finally:
+        stop_laya(*procs)
+    logs = "".join((tmp_path / f"{i}.log").read_text(errors="replace") for i in (1, 2))
+    assert len(seen[request_id]) == 1, f"answered {len(seen[request_id])} times"
+    assert seen[request_id][0].usage.completion_tokens == 6000  # type: ignore[union-attr]
+    assert "lost the lock on request" in logs
+    assert "kept the first one" in logs  # the later of the two attempts wrote no second answer
+
+
 def test_valkey_killed_and_restarted_with_aof_loses_no_accepted_request(tmp_path: Path, tiny_model: Path,
                                                                        routes_file: Path) -> None:
     server = Server(tmp_path / "aof", appendonly="yes", appendfsync="always").start()
