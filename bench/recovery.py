@@ -108,11 +108,14 @@ class Model:
     prompt: str
     max_tokens: int
     """A job long enough to be killed in the middle of (a second or more)."""
+    runtime: str = ""
+    """TOML lines for the config's [runtime] table, where the model needs them."""
 
 
 def config(directory: Path, model: Model, redis_line: str) -> Path:
     path = directory / f"laya-{model.name}.toml"
-    path.write_text(f"{redis_line}\n\n[http]\nport = {free_port()}\n\n[model]\npath = {str(model.path)!r}\n")
+    path.write_text(f"{redis_line}\n\n[http]\nport = {free_port()}\n\n[model]\npath = {str(model.path)!r}\n\n"
+                    f"[runtime]\n{model.runtime}\n")
     return path
 
 
@@ -174,6 +177,8 @@ def kill_worker_mid_job(redis: Redis, tally: Tally, model: Model, worker_pid: Ca
     answered = time.monotonic() - killed
     result = Client(redis).result(request)
     run_s = (result.timings.generation_ms or 0.0) / 1000 if result is not None and result.timings else 0.0
+    print(f"  worker kill: requeued {requeued:.2f} s, started again {restarted:.2f} s, answered {answered:.2f} s",
+          flush=True)
     return {"requeue": requeued, "restart": restarted, "answer": answered, "run": run_s}
 
 
@@ -190,7 +195,11 @@ def kill_router_with_pending(redis: Redis, tally: Tally, model: Model, router_pi
     os.kill(router_pid, signal.SIGKILL)
     killed = time.monotonic()
     wait_until(lambda: all(tally.answered(r) for r in requests), 600, "the dead router's requests")
-    return {"answer": time.monotonic() - killed}
+    answered = time.monotonic() - killed
+    pending = redis.xpending(KEYS.ingress, KEYS.router_group)["pending"]
+    print(f"  router kill: answered {answered:.2f} s ({len(requests)} requests; {pending} entries pending now)",
+          flush=True)
+    return {"answer": answered}
 
 
 def supervised(directory: Path, model: Model, kills: int) -> dict[str, object]:
@@ -367,7 +376,7 @@ def main() -> None:
                 models[name] = Model(name, path, "Question: What is the capital of France?\nAnswer:", 256)
             elif name == "tiny":
                 models[name] = Model(name, write_tiny_model(directory / "endless.gguf", TinyModelSpec(stops=False)),
-                                     "tell me everything", 3000)
+                                     "tell me everything", 8000, "max_seq_len = 16384\nmax_tokens_limit = 16000")
             else:
                 parser.error(f"--models: {name!r} is not gemma or tiny")
         if "gemma" in models:

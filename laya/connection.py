@@ -228,10 +228,13 @@ def release_lock(redis: Redis, key: str, owner: str) -> None:
     redis.eval(_RELEASE_LOCK, 1, key, owner)
 
 
-_RENEW_LOCK = ("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
+_RENEW_LOCK = ("local holder = redis.call('GET', KEYS[1]) "
+               "if holder == ARGV[1] then return redis.call('EXPIRE', KEYS[1], ARGV[2]) end "
+               "if not holder then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) return 1 end "
                "return 0")
 
 
 def renew_lock(redis: Redis, key: str, owner: str, ttl_s: int) -> bool:
-    """Extend a lock only while ``owner`` holds it; False when it was lost (expired or taken)."""
+    """Extend ``owner``'s lock, taking it again if it expired meanwhile (Redis was out of reach longer than
+    its TTL, and nobody took it); False when another holder has it."""
     return bool(redis.eval(_RENEW_LOCK, 1, key, owner, ttl_s))

@@ -142,7 +142,7 @@ def render(snap: dict[str, Any]) -> str:
     out += _table(("model", "lane", "depth", "oldest job"),
                   [(q["model"], q["lane"] or "-", str(q["depth"]), duration(q["oldest_age_s"])) for q in snap["queues"]],
                   right=frozenset({2}))
-    out += ["", "Workers" if snap["workers"] else "Workers: none has beaten within runtime.heartbeat_ttl_s"]
+    out += ["", "Workers" if snap["workers"] else "Workers: none has beaten in the last minute"]
     if snap["workers"]:
         out += _table(("worker", "model", "host", "state", "job for", "plan", "RAM plan/used", "VRAM plan/used",
                        "jobs", "tok/s", "last beat"),

@@ -127,6 +127,9 @@ class Router:
                                     self.semantic_stage, self.admission]
         self.reaper = Reaper.of(redis, settings, owner=self.consumer)
         self._reap_due = 0.0
+        self._last_read = 0.0
+        self._watching_since = 0.0
+        """Since when this router has read Redis without a break (see :meth:`_may_reap`)."""
         self.latency = LatencyWindow()
         """Each request's own decision time."""
         self.batch_latency = LatencyWindow()
@@ -189,6 +192,19 @@ class Router:
         return intent_index(rules, self.embedder, threshold=self.settings.router.intent_threshold)
 
     # -- the loop ------------------------------------------------------------
+
+    def _read_done(self, clock: float) -> None:
+        """A read returned at ``clock``; one that came later than a blocked read can take means this
+        router was cut off from Redis (or stalled) until now."""
+        if clock - self._last_read > self.settings.router.block_ms / 1000 + 1.0:
+            self._watching_since = clock
+        self._last_read = clock
+
+    def _may_reap(self, clock: float) -> bool:
+        """Whether this router has watched for ``runtime.heartbeat_ttl_s`` without a break. While it could
+        not reach Redis, the workers most likely could not either: their missed beats are not deaths
+        until they have had a whole TTL to beat again."""
+        return clock - self._watching_since >= self.settings.runtime.heartbeat_ttl_s
 
     def read_batch(self) -> list[tuple[str, dict[bytes, bytes]]]:
         cfg = self.settings.router
@@ -407,6 +423,7 @@ class Router:
         while not self._stopping:
             try:
                 entries = self.read_batch()
+                self._read_done(time.monotonic())
                 if entries:
                     # A full batch means more are waiting: commit it while routing the next.
                     self.handle(entries, wait=len(entries) < self.settings.router.batch_size)
@@ -416,7 +433,7 @@ class Router:
                 if clock >= self._stats_due:
                     self._stats_due = clock + 1.0
                     self.publish_stats()
-                if clock >= self._reap_due:
+                if clock >= self._reap_due and self._may_reap(clock):
                     self._reap_due = clock + self.settings.router.reap_interval_s
                     self.reaper.run_once()
                 backoff = 0.1

@@ -34,7 +34,7 @@ from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
 
 from laya.connection import ReplicaAcks, release_lock
-from laya.contract import is_laya_job, job_error_result, job_reply_to
+from laya.contract import is_laya_job, job_error_result, job_reply_to, ring
 from laya.errors import InferenceError
 from laya.keys import Keys
 from laya.results import ResultStore
@@ -65,22 +65,25 @@ redis.call('DEL', KEYS[3])
 
 class Reaper:
     def __init__(self, queues: dict[str, Queue], results: ResultStore, *, lock_key: str, owner: str,
-                 grace_s: float) -> None:
+                 grace_s: float, bells: dict[str, str] | None = None) -> None:
         self.queues = queues
         self.results = results
         self.lock_key = lock_key
         self.owner = owner
         self.grace_s = grace_s
+        self.bells = bells or {}
+        """Queue name → the bell of its model: rung for each job requeued, so an idle worker starts it at once."""
 
     @classmethod
     def of(cls, redis: Redis, settings: Settings, *, owner: str) -> Reaper:
         """A reaper over every served model's queues, as the routers run it."""
         keys = Keys(settings.redis.prefix)
-        queues = [Queue(keys.queue_name(name, lane), connection=redis, serializer="json")
-                  for name in settings.model_names for lane in LANES]
+        queues = {keys.queue_name(name, lane): Queue(keys.queue_name(name, lane), connection=redis, serializer="json")
+                  for name in settings.model_names for lane in LANES}
+        bells = {keys.queue_name(name, lane): keys.bell(name) for name in settings.model_names for lane in LANES}
         results = ResultStore(redis, keys, ttl_s=settings.router.result_ttl_s, acks=ReplicaAcks.of(settings.redis))
-        return cls({queue.name: queue for queue in queues}, results, lock_key=keys.reaper_lock, owner=owner,
-                   grace_s=settings.runtime.heartbeat_ttl_s)
+        return cls(queues, results, lock_key=keys.reaper_lock, owner=owner, grace_s=settings.runtime.heartbeat_ttl_s,
+                   bells=bells)
 
     def run_once(self, now: float | None = None) -> int:
         """Handle every job abandoned before ``now``; returns how many were failed for good.
@@ -132,10 +135,11 @@ class Reaper:
     def _reap(self, cutoff: float) -> int:
         failed = 0
         for queue in self.queues.values():
-            self._requeue_dequeued(queue, cutoff)
+            requeued = self._requeue_dequeued(queue, cutoff)
             registry = StartedJobRegistry(queue=queue)
             expired = registry.get_expired_job_ids(cutoff)
             if not expired:
+                self._ring(queue, requeued)
                 continue
             jobs = {job_id: self._fetch(queue, job_id) for job_id in expired}
             for job_id, job in jobs.items():
@@ -150,10 +154,19 @@ class Reaper:
                     failed += self._report_lost(job)
                 else:
                     log.warning("job %s lost its worker; requeued (%s retries left)", job_id, job.retries_left)
+                    requeued += 1
+            self._ring(queue, requeued)
         return failed
 
-    def _requeue_dequeued(self, queue: Queue, now: float) -> None:
-        """Requeue jobs taken off ``queue`` by a worker that died before starting them."""
+    def _ring(self, queue: Queue, jobs: int) -> None:
+        if jobs and (bell := self.bells.get(queue.name)) is not None:
+            with queue.connection.pipeline(transaction=False) as pipe:
+                ring(pipe, bell, jobs)
+                pipe.execute()
+
+    def _requeue_dequeued(self, queue: Queue, now: float) -> int:
+        """Requeue jobs taken off ``queue`` by a worker that died before starting them; how many."""
+        requeued = 0
         intermediate = queue.intermediate_queue
         for job_id in intermediate.get_job_ids():
             if job_id in queue.started_job_registry:
@@ -174,6 +187,8 @@ class Reaper:
             queue.connection.eval(_REQUEUE, 3, intermediate.key, queue.key,
                                   intermediate.get_first_seen_key(job_id), job_id)
             log.warning("job %s was taken by a worker that died before starting it; requeued", job_id)
+            requeued += 1
+        return requeued
 
     @staticmethod
     def _fetch(queue: Queue, job_id: str) -> Job | None:

@@ -11,9 +11,8 @@ So :class:`LaneQueue` takes jobs the one-queue way from several: one script
 moves the first id of the highest non-empty lane into that lane's intermediate
 list (``LMOVE``, atomically, in lane order). When every lane is empty the worker
 blocks on the model's *bell* (:func:`laya.contract.ring`), a short list the router
-pushes to in the same write that enqueues jobs, and looks again when it rings, or after
-:data:`IDLE_RESCAN_S` at the latest (a job requeued by the reaper or retried by
-RQ does not ring it).
+pushes to in the same write that enqueues jobs (the reaper rings it too, for the jobs it
+requeues), and looks again when it rings, or after :data:`IDLE_RESCAN_S` at the latest.
 """
 
 from __future__ import annotations

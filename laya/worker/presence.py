@@ -4,8 +4,8 @@ Each worker keeps one field in the ``laya:stats:worker`` hash (its RQ name →
 JSON), written by a daemon thread, so an idle worker blocked on its queue
 still beats. ``laya stats`` and ``laya health`` read the hash: a worker whose
 last beat is older than :func:`gone_after` shows as ``gone``; one older than
-``runtime.heartbeat_ttl_s`` is dropped (and its field deleted), so stopped and
-killed workers do not pile up. A worker that stops cleanly deletes its field.
+:func:`forget_after` is dropped (and its field deleted), so stopped and killed
+workers do not pile up. A worker that stops cleanly deletes its field.
 RQ's own worker registry cannot tell this: a SIGKILLed worker stays listed
 for its ``worker_ttl`` (7 minutes).
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from laya.memory.planner import Plan
     from laya.metrics import WorkerMetrics
 
-__all__ = ["Presence", "WorkerStatus", "gone_after", "read_workers"]
+__all__ = ["Presence", "WorkerStatus", "forget_after", "gone_after", "read_workers"]
 
 log = logging.getLogger("laya.worker.presence")
 
@@ -42,6 +42,12 @@ log = logging.getLogger("laya.worker.presence")
 def gone_after(settings: Settings) -> float:
     """Seconds without a beat after which a worker counts as gone: three missed beats, and a second of slack."""
     return 3 * settings.runtime.heartbeat_interval_s + 1.0
+
+
+def forget_after(settings: Settings) -> float:
+    """Seconds without a beat after which a worker is dropped from the list: a minute of showing ``gone``
+    (for whoever looks), or the job heartbeat TTL, whichever is longer."""
+    return max(gone_after(settings) + 60.0, float(settings.runtime.heartbeat_ttl_s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,7 @@ class WorkerStatus:
 
 
 def read_workers(redis: Redis, keys: Keys, settings: Settings, *, now: float | None = None) -> list[WorkerStatus]:
-    """Every worker that beat within ``runtime.heartbeat_ttl_s``, by name; older fields are deleted."""
+    """Every worker that beat within :func:`forget_after`, by name; older fields are deleted."""
     now = time.time() if now is None else now
     found, stale = [], []
     for raw_name, raw in sorted(redis.hgetall(keys.worker_stats).items()):
@@ -72,7 +78,7 @@ def read_workers(redis: Redis, keys: Keys, settings: Settings, *, now: float | N
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):  # written by an older Laya
             stale.append(name)
             continue
-        if age > settings.runtime.heartbeat_ttl_s:
+        if age > forget_after(settings):
             stale.append(name)
             continue
         found.append(WorkerStatus(name, fields, age, age > gone_after(settings)))

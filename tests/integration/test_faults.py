@@ -20,6 +20,7 @@ from rq.job import Job
 
 from laya.client import Client
 from laya.config import Settings
+from laya.keys import Keys
 from laya.router.ingress import Router
 from laya.router.reaper import Reaper
 from laya.schema import Result
@@ -221,6 +222,42 @@ def test_a_worker_that_was_only_stopped_past_its_ttl_does_not_answer_twice(
     assert "kept the first one" in logs  # the later of the two attempts wrote no second answer
 
 
+def test_a_redis_stall_longer_than_the_heartbeat_ttl_is_not_a_dead_worker(
+        tmp_path: Path, endless_model: Path, routes_file: Path) -> None:
+    """Valkey frozen (SIGSTOP) past the heartbeat TTL: nobody could beat or reap meanwhile. Afterwards the router
+    waits a whole TTL before it reaps, the worker beats again and takes back its request's lock, which expired:
+    the job is neither run again nor charged a retry."""
+    server = Server(tmp_path / "stalled").start()
+    redis = server.client()
+    settings = Settings()
+    procs = [spawn_with_default_heartbeats(role, server.url, endless_model, routes_file, tmp_path / f"{role}.log")
+             for role in ("router", "worker")]
+    try:
+        wait_for(lambda: len(Worker.all(connection=redis)) == 1, 30, "the worker")
+        client = Client(redis)
+        channel = client.new_channel()
+        request_id = client.submit("tell me everything", max_tokens=16000, cache=False, reply_to=channel)
+        wait_for(lambda: holder_pid(redis, request_id), 30, "the job to start")
+        started = time.monotonic()
+        valkey = int(redis.info("server")["process_id"])
+        os.kill(valkey, signal.SIGSTOP)
+        try:
+            time.sleep(settings.runtime.heartbeat_ttl_s + 6)  # past the score of a beat sent in the stall
+        finally:
+            os.kill(valkey, signal.SIGCONT)
+        resumed = time.monotonic() - started
+        seen = collect(client, [request_id], channel, timeout=120)
+        job = Job.fetch(request_id, connection=redis, serializer="json")
+    finally:
+        stop_laya(*procs)
+        server.stop()
+    [result] = seen[request_id]
+    assert result.route == "model:default" and result.usage.completion_tokens == 16000  # type: ignore[union-attr]
+    assert result.timings.generation_ms / 1000 > resumed, "the job ended in the stall: nothing was tested"
+    assert job.retries_left == 1, "the stall was taken for a dead worker: the job was requeued"
+    assert "lost the lock" not in (tmp_path / "worker.log").read_text(errors="replace")
+
+
 def test_valkey_killed_and_restarted_with_aof_loses_no_accepted_request(tmp_path: Path, tiny_model: Path,
                                                                        routes_file: Path) -> None:
     server = Server(tmp_path / "aof", appendonly="yes", appendfsync="always").start()
@@ -403,6 +440,8 @@ def test_the_reaper_requeues_a_lost_job_while_retries_last_then_answers_worker_l
     queue = Queue("laya:llm:default:normal", connection=redis, serializer="json")
     ttl = settings.runtime.heartbeat_ttl_s
     start_like_a_worker_that_then_dies(settings, redis)
+    bell = Keys("laya").bell("default")
+    redis.delete(bell)  # the router rang it when it enqueued the job
     assert router.reaper.run_once(now=time.time() + ttl - 5) == 0  # its heartbeat has not run out yet
     assert queue.job_ids == [] and queue.started_job_registry.get_job_ids() != []
     redis.set("laya:reaper", "another-router", ex=60)
@@ -414,6 +453,7 @@ def test_the_reaper_requeues_a_lost_job_while_retries_last_then_answers_worker_l
     job = queue.fetch_job(request_id)
     assert queue.job_ids == [request_id] and job is not None and job.retries_left == 0
     assert client.result(request_id) is None and not redis.exists("laya:reaper")
+    assert redis.llen(bell) == 1  # an idle worker wakes for the requeued job, not at its next rescan
 
     start_like_a_worker_that_then_dies(settings, redis)  # the retry's worker dies too
     reap = router.reaper._reap
@@ -435,6 +475,7 @@ def test_the_reaper_requeues_a_lost_job_while_retries_last_then_answers_worker_l
         "attempt; check the worker logs")
     assert client.result(request_id) == result and queue.job_ids == []
     assert router.reaper.run_once(now=time.time() + ttl + 5) == 0  # reported once
+    assert redis.llen(bell) == 1  # nothing to wake a worker for
 
 
 def test_the_reaper_handles_every_lost_job_of_every_model_in_one_pass(settings: Settings, redis: Redis) -> None:

@@ -441,3 +441,20 @@ def test_ask_raises_at_once_when_redis_refuses_the_request(redis: Redis) -> None
     redis.delete("laya:ingress")
     assert Client(redis).submit("hello")  # the refused call's blocked BLPOP went with its connection
     assert time.monotonic() - started < 10  # the refusal, not the 30 s wait, ends the call
+
+
+def test_a_router_reaps_only_after_watching_redis_for_a_whole_heartbeat_ttl(settings: Settings, redis: Redis) -> None:
+    """Missed beats count as deaths only once the workers have had a TTL to beat while this router watched: from
+    its start, and again after any read that came back later than a blocked read can (an outage, a stall)."""
+    router = Router(settings, redis, consumer="test")
+    ttl, slowest = settings.runtime.heartbeat_ttl_s, settings.router.block_ms / 1000 + 1.0
+    clock = 100.0
+    router._read_done(clock)  # the first read
+    assert not router._may_reap(clock + ttl - 0.1)
+    while clock < 100.0 + ttl:  # reads as they come, each within what a blocked read takes
+        clock += slowest - 0.1
+        router._read_done(clock)
+    assert router._may_reap(clock)
+    clock += slowest + 0.1  # this read took longer than any blocked read: cut off until now
+    router._read_done(clock)
+    assert not router._may_reap(clock + ttl - 0.1) and router._may_reap(clock + ttl)
