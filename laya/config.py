@@ -313,6 +313,14 @@ class HttpConfig(BaseModel):
     request_timeout_s: float = Field(
         600.0, gt=0, le=86_400,
         description="How long a request waits for its answer before a 504 (the request itself goes on).")
+    files_dir: Path = Field(
+        Path(".laya/files"), description="Where uploaded files (POST /v1/files) are kept; a relative path is "
+        "from the directory `laya serve` (or `laya up`) runs in. Several `laya serve` on one Redis share it.")
+    max_file_bytes: int = Field(
+        200_000_000, ge=1024, le=100_000_000_000, description="Largest upload; a larger one is answered 413 as "
+        "soon as it crosses the limit (OpenAI's limit for batch input: 200 MB).")
+    max_file_lines: int = Field(
+        50_000, ge=1, le=100_000_000, description="Most lines in an upload (OpenAI's limit for batch input: 50,000).")
 
     @field_validator("api_keys", mode="before")
     @classmethod

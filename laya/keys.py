@@ -59,6 +59,15 @@ class Keys:
         """List a single waiter blocks on (BLPOP) until the result is pushed."""
         return f"{self.prefix}:done:{request_id}"
 
+    def file(self, file_id: str) -> str:
+        """The record (OpenAI's file object, JSON) of an uploaded file; its bytes are on disk."""
+        return f"{self.prefix}:file:{file_id}"
+
+    @property
+    def files(self) -> str:
+        """Sorted set of the uploaded files' ids, by upload time."""
+        return f"{self.prefix}:files"
+
     def bell(self, model: str) -> str:
         """List the router pushes to when it enqueues jobs for a model; idle workers block on it."""
         return f"{self.prefix}:bell:{model}"

@@ -38,12 +38,13 @@ from prometheus_client import Histogram, generate_latest
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.requests import Request as HttpRequest
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from laya.config import Settings
 from laya.errors import InvalidRequest, LayaError, UnknownModel
 from laya.http import openai
+from laya.http.files import Files
 from laya.http.frontdoor import FrontDoor, StreamDiverged, open_async_redis
 from laya.keys import Keys
 from laya.metrics import new_registry
@@ -56,6 +57,7 @@ log = logging.getLogger("laya.http")
 
 _ID = re.compile(REQUEST_ID_PATTERN)
 _STATUS = {"invalid_request": 400, "invalid_json": 400, "context_too_long": 400, "unknown_model": 404,
+           "file_not_found": 404,
            "too_large": 413, "overloaded": 429, "expired": 504, "not_replicated": 503}
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error",
           429: "rate_limit_error", 502: "api_error", 503: "api_error", 504: "timeout_error"}
@@ -112,13 +114,15 @@ def build_app(settings: Settings) -> Starlette:
     models = settings.model_names
     api_keys = [key.encode() for key in http.api_keys]
     metrics = HttpMetrics()
-    state: dict[str, FrontDoor] = {}
+    state: dict[str, Any] = {}
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         door = FrontDoor(open_async_redis(settings), keys)
         await door.start()
         state["door"] = door
+        state["files"] = Files(http.files_dir.resolve(), door.redis, keys, max_bytes=http.max_file_bytes,
+                               max_lines=http.max_file_lines)
         try:
             yield
         finally:
@@ -174,7 +178,7 @@ def build_app(settings: Settings) -> Starlette:
             if not authorised(http_request):
                 return _error(401, "missing or wrong API key: send Authorization: Bearer KEY with a key from "
                               "[http] api_keys", code="invalid_api_key")
-            door = state["door"]
+            door: FrontDoor = state["door"]
             try:
                 body = await read_body(http_request)
                 key = http_request.headers.get("idempotency-key")
@@ -289,6 +293,42 @@ def build_app(settings: Settings) -> Starlette:
         found = await anyio.to_thread.run_sync(check)
         return _json({"ok": found.ok, "problems": found.problems, "passed": found.passed}, 200 if found.ok else 503)
 
+    def files_endpoint(action: Callable[[Files, HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
+        """A /v1/files endpoint: the API key checked, Laya's errors as OpenAI's."""
+        async def handle(http_request: HttpRequest) -> Response:
+            if not authorised(http_request):
+                return _error(401, "missing or wrong API key", code="invalid_api_key")
+            try:
+                answer = await action(state["files"], http_request)
+            except LayaError as exc:
+                return _error(_STATUS.get(exc.code, 400), exc.message, code=exc.code, param=exc.field)
+            except (RedisError, OSError) as exc:
+                log.warning("files: %s", exc)
+                return _error(503, f"Redis or the files directory is unavailable ({type(exc).__name__}); try again "
+                              "shortly", code="unavailable")
+            return answer if isinstance(answer, Response) else _json(answer)
+
+        return handle
+
+    async def file_content(files: Files, http_request: HttpRequest) -> Response:
+        file_id = http_request.path_params["file_id"]
+        await files.retrieve(file_id)
+        return FileResponse(files.path(file_id), media_type="application/jsonl")
+
+    async def list_files(files: Files, http_request: HttpRequest) -> dict[str, Any]:
+        query = http_request.query_params
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise InvalidRequest(f"order {order!r:.20}: send asc or desc", field="order")
+        try:
+            limit = int(query.get("limit", "10000"))
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 10_000:
+            raise InvalidRequest(f"limit {query.get('limit')!r:.20}: send a whole number from 1 to 10000",
+                                 field="limit")
+        return await files.list(purpose=query.get("purpose"), limit=limit, after=query.get("after"), order=order)
+
     async def serve_metrics(_request: HttpRequest) -> Response:
         return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
 
@@ -298,6 +338,13 @@ def build_app(settings: Settings) -> Starlette:
         Route("/v1/completions", endpoint("completions", openai.completion_request, openai.completion_response,
                                           openai.completion_chunk), methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/files", files_endpoint(lambda files, r: files.create(r)), methods=["POST"]),
+        Route("/v1/files", files_endpoint(list_files), methods=["GET"]),
+        Route("/v1/files/{file_id}", files_endpoint(lambda files, r: files.retrieve(r.path_params["file_id"])),
+              methods=["GET"]),
+        Route("/v1/files/{file_id}", files_endpoint(lambda files, r: files.delete(r.path_params["file_id"])),
+              methods=["DELETE"]),
+        Route("/v1/files/{file_id}/content", files_endpoint(file_content), methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", serve_metrics, methods=["GET"]),
     ]

@@ -6,7 +6,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +27,8 @@ class Door:
     url: str
     redis: Redis
     prefix: str
+    pids: list[int] = field(default_factory=list)
+    """The front door's process (`laya serve`)."""
 
     def client(self, key: str = KEY, **options: object) -> openai.OpenAI:
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, **options)  # type: ignore[arg-type]
@@ -65,7 +67,7 @@ def _running(redis_server: Server, env: dict[str, str], port: int, prefix: str, 
     procs = [start_laya(role, env, logs / f"{role}.log") for role in (*roles, "serve")]
     try:
         _wait_for_port(port, procs[-1])
-        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), prefix)
+        yield Door(f"http://127.0.0.1:{port}", redis_server.client(), prefix, [procs[-1].pid])
     finally:
         stop_laya(*procs)
 
