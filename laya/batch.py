@@ -32,6 +32,7 @@ import logging
 import sys
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from hashlib import sha256
 from pathlib import Path
@@ -157,7 +158,8 @@ class Batch:
 
     def __init__(self, source: Path | BatchInput, out_path: Path, *, resume: bool = False, window: int = 64,
                  max_window: int = 256, queue_bound: int | None = None, timeout: float = 600.0,
-                 progress: bool = True, defaults: dict[str, Any] | None = None) -> None:
+                 progress: bool = True, defaults: dict[str, Any] | None = None,
+                 stop: Callable[[], bool] | None = None) -> None:
         self.input = read_batch(source) if isinstance(source, Path) else source
         self.results = ResultsFile(out_path, self.input, resume=resume)
         self.window = Window(window, max_window)
@@ -170,6 +172,9 @@ class Batch:
         self.progress = progress
         self.defaults = defaults or {}
         """Fields every request gets unless its line sets them (``priority``)."""
+        self.stop = stop or (lambda: False)
+        """Asked between rounds: true ends the run early, no more lines sent; those in flight are not waited
+        for (their answers still come to Redis, and a resumed run collects them)."""
         self.summary = BatchSummary(lines=self.input.lines, earlier=len(self.results.done), torn=self.results.torn)
         # The same run resumed gets the same channel, where the answers to its earlier requests land.
         self.channel = "batch-" + sha256(f"{self.input.path.resolve()}\0{out_path.resolve()}".encode()).hexdigest()[:32]
@@ -272,6 +277,8 @@ class Batch:
         last_progress = last_sweep = time.monotonic()
         hold_until = 0.0  # a refusal's retry-after holds every send, not only the refused line's
         while todo or self._in_flight or retry_at:
+            if self.stop():
+                return
             now = time.monotonic()
             if now >= hold_until:
                 todo.extendleft(line for due, line in reversed(retry_at) if due <= now)

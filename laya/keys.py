@@ -68,6 +68,19 @@ class Keys:
         """Sorted set of the uploaded files' ids, by upload time."""
         return f"{self.prefix}:files"
 
+    def batch(self, batch_id: str) -> str:
+        """The record (OpenAI's batch object, JSON) of a batch of /v1/batches."""
+        return f"{self.prefix}:batch:{batch_id}"
+
+    def batch_lease(self, batch_id: str) -> str:
+        """Held by the `laya serve` running a batch; it renews it while it runs."""
+        return f"{self.prefix}:batch:{batch_id}:lease"
+
+    @property
+    def batches(self) -> str:
+        """Sorted set of the batches' ids, by creation time."""
+        return f"{self.prefix}:batches"
+
     def bell(self, model: str) -> str:
         """List the router pushes to when it enqueues jobs for a model; idle workers block on it."""
         return f"{self.prefix}:bell:{model}"

@@ -44,6 +44,7 @@ from starlette.routing import Route
 from laya.config import Settings
 from laya.errors import InvalidRequest, LayaError, UnknownModel
 from laya.http import openai
+from laya.http.batches import Batches, run_batches
 from laya.http.files import Files
 from laya.http.frontdoor import FrontDoor, StreamDiverged, open_async_redis
 from laya.keys import Keys
@@ -57,7 +58,7 @@ log = logging.getLogger("laya.http")
 
 _ID = re.compile(REQUEST_ID_PATTERN)
 _STATUS = {"invalid_request": 400, "invalid_json": 400, "context_too_long": 400, "unknown_model": 404,
-           "file_not_found": 404,
+           "file_not_found": 404, "batch_not_found": 404,
            "too_large": 413, "overloaded": 429, "expired": 504, "not_replicated": 503}
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 413: "invalid_request_error",
           429: "rate_limit_error", 502: "api_error", 503: "api_error", 504: "timeout_error"}
@@ -121,11 +122,18 @@ def build_app(settings: Settings) -> Starlette:
         door = FrontDoor(open_async_redis(settings), keys)
         await door.start()
         state["door"] = door
-        state["files"] = Files(http.files_dir.resolve(), door.redis, keys, max_bytes=http.max_file_bytes,
-                               max_lines=http.max_file_lines)
+        files = Files(http.files_dir.resolve(), door.redis, keys, max_bytes=http.max_file_bytes,
+                      max_lines=http.max_file_lines)
+        state["files"] = files
+        state["batches"] = Batches(door.redis, keys, files)
+        runners = anyio.create_task_group()
+        await runners.__aenter__()
+        runners.start_soon(run_batches, settings, files.directory)
         try:
             yield
         finally:
+            runners.cancel_scope.cancel()
+            await runners.__aexit__(None, None, None)
             await door.stop()
             await door.redis.aclose()
 
@@ -293,13 +301,13 @@ def build_app(settings: Settings) -> Starlette:
         found = await anyio.to_thread.run_sync(check)
         return _json({"ok": found.ok, "problems": found.problems, "passed": found.passed}, 200 if found.ok else 503)
 
-    def files_endpoint(action: Callable[[Files, HttpRequest], Any]) -> Callable[[HttpRequest], Any]:
-        """A /v1/files endpoint: the API key checked, Laya's errors as OpenAI's."""
+    def files_endpoint(action: Callable[[Any, HttpRequest], Any], part: str = "files") -> Callable[[HttpRequest], Any]:
+        """A /v1/files or /v1/batches endpoint: the API key checked, Laya's errors as OpenAI's."""
         async def handle(http_request: HttpRequest) -> Response:
             if not authorised(http_request):
                 return _error(401, "missing or wrong API key", code="invalid_api_key")
             try:
-                answer = await action(state["files"], http_request)
+                answer = await action(state[part], http_request)
             except LayaError as exc:
                 return _error(_STATUS.get(exc.code, 400), exc.message, code=exc.code, param=exc.field)
             except (RedisError, OSError) as exc:
@@ -329,6 +337,19 @@ def build_app(settings: Settings) -> Starlette:
                                  field="limit")
         return await files.list(purpose=query.get("purpose"), limit=limit, after=query.get("after"), order=order)
 
+    async def create_batch(batches: Batches, http_request: HttpRequest) -> dict[str, Any]:
+        return await batches.create(await read_body(http_request))
+
+    async def list_batches(batches: Batches, http_request: HttpRequest) -> dict[str, Any]:
+        try:
+            limit = int(http_request.query_params.get("limit", "20"))
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 100:
+            raise InvalidRequest(f"limit {http_request.query_params.get('limit')!r:.20}: send a whole number from "
+                                 "1 to 100", field="limit")
+        return await batches.list(limit=limit, after=http_request.query_params.get("after"))
+
     async def serve_metrics(_request: HttpRequest) -> Response:
         return Response(generate_latest(metrics.registry), media_type="text/plain; version=0.0.4")
 
@@ -345,6 +366,12 @@ def build_app(settings: Settings) -> Starlette:
         Route("/v1/files/{file_id}", files_endpoint(lambda files, r: files.delete(r.path_params["file_id"])),
               methods=["DELETE"]),
         Route("/v1/files/{file_id}/content", files_endpoint(file_content), methods=["GET"]),
+        Route("/v1/batches", files_endpoint(create_batch, "batches"), methods=["POST"]),
+        Route("/v1/batches", files_endpoint(list_batches, "batches"), methods=["GET"]),
+        Route("/v1/batches/{batch_id}", files_endpoint(lambda b, r: b.retrieve(r.path_params["batch_id"]), "batches"),
+              methods=["GET"]),
+        Route("/v1/batches/{batch_id}/cancel",
+              files_endpoint(lambda b, r: b.cancel(r.path_params["batch_id"]), "batches"), methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", serve_metrics, methods=["GET"]),
     ]

@@ -1,0 +1,159 @@
+"""`/v1/batches` through the official `openai` package: a real `laya serve`, router, worker (tiny model) and Valkey."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import orjson
+import pytest
+
+from tests.conftest import Server, free_port
+from tests.integration.test_http import Door, _env, _running
+
+
+@pytest.fixture
+def door(redis_server: Server, tiny_model: Path, routes_file: Path, tmp_path: Path) -> Iterator[Door]:
+    port = free_port()
+    env = _env(redis_server.url, f"batches{port}", port, tiny_model, routes_file,
+               LAYA_HTTP__FILES_DIR=str(tmp_path / "files"))
+    yield from _running(redis_server, env, port, f"batches{port}", tmp_path, ("router", "worker"))
+
+
+def line(custom_id: str, content: str, **body: object) -> bytes:
+    return orjson.dumps({"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"model": "default", "messages": [{"role": "user", "content": content}], **body}})
+
+
+def upload(client: openai.OpenAI, lines: list[bytes]) -> str:
+    return client.files.create(file=("input.jsonl", b"\n".join(lines) + b"\n"), purpose="batch").id
+
+
+def wait_for(client: openai.OpenAI, batch_id: str, states: tuple[str, ...], timeout: float = 90) -> openai.types.Batch:
+    deadline = time.monotonic() + timeout
+    while (batch := client.batches.retrieve(batch_id)).status not in states:
+        assert time.monotonic() < deadline, f"batch still {batch.status} after {timeout:g} s"
+        time.sleep(0.2)
+    return batch
+
+
+def jsonl(data: bytes) -> list[dict[str, object]]:
+    return [orjson.loads(raw) for raw in data.splitlines() if raw.strip()]
+
+
+def test_a_batch_runs_to_output_and_error_files_in_openai_s_format(door: Door) -> None:
+    client = door.client()
+    file_id = upload(client, [
+        line("greet-1", "hello"),
+        line("model-1", "jello", max_tokens=4),
+        line("greet-2", "hi"),
+        b"{not json",
+        line("greet-1", "hello again"),  # a custom_id used twice
+        orjson.dumps({"custom_id": "wrong-url", "method": "POST", "url": "/v1/completions", "body": {}}),
+        line("bad-body", "hello", temperature=9),
+    ])
+    created = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h",
+                                    metadata={"pipeline": "nightly"})
+    assert created.id.startswith("batch_") and created.status == "validating"
+    assert created.metadata == {"pipeline": "nightly"} and created.input_file_id == file_id
+    done = wait_for(client, created.id, ("completed", "failed"))
+    assert done.status == "completed", done
+    assert done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (7, 3, 4)
+    assert done.in_progress_at and done.finalizing_at and done.completed_at
+
+    assert done.output_file_id is not None and done.error_file_id is not None
+    output = {r["custom_id"]: r for r in jsonl(client.files.content(done.output_file_id).read())}
+    assert set(output) == {"greet-1", "model-1", "greet-2"}
+    for record in output.values():
+        response = record["response"]
+        assert isinstance(response, dict) and response["status_code"] == 200 and record["error"] is None
+        assert response["body"]["object"] == "chat.completion" and response["body"]["choices"][0]["message"]["content"]
+    assert output["greet-1"]["response"]["body"]["choices"][0]["message"]["content"] == "Hello!"  # type: ignore[index]
+    assert output["model-1"]["response"]["body"]["usage"]["completion_tokens"] == 4  # type: ignore[index]
+
+    errors = jsonl(client.files.content(done.error_file_id).read())
+    by_line = {e["error"]["line"]: e for e in errors if e["error"]}  # type: ignore[index]
+    assert sorted(by_line) == [4, 5, 6, 7]
+    assert by_line[4]["error"]["code"] == "invalid_json"  # type: ignore[index]
+    assert by_line[5]["error"]["code"] == "duplicate_custom_id" and by_line[5]["custom_id"] == "greet-1"  # type: ignore[index]
+    assert by_line[6]["error"]["param"] == "url" and "/v1/chat/completions" in by_line[6]["error"]["message"]  # type: ignore[index]
+    assert by_line[7]["error"]["param"] == "body.temperature"  # type: ignore[index]
+
+    assert created.id in [b.id for b in client.batches.list().data]
+    assert client.batches.cancel(created.id).status == "completed"  # nothing left to cancel
+    output_file = client.files.retrieve(done.output_file_id)
+    assert output_file.purpose == "batch_output"
+
+
+def test_refused_batches_name_the_field(door: Door) -> None:
+    client = door.client(max_retries=0)
+    file_id = upload(client, [line("a", "hello")])
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.batches.create(input_file_id=file_id, endpoint="/v1/embeddings", completion_window="24h")
+    assert caught.value.body["param"] == "endpoint"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        client.batches.create(input_file_id="file-0123456789abcdef01234567", endpoint="/v1/chat/completions",
+                              completion_window="24h")
+    with pytest.raises(openai.NotFoundError):
+        client.batches.retrieve("batch_0123456789abcdef01234567")
+
+
+def test_a_cancelled_batch_stops_and_keeps_the_answers_it_had(door: Door) -> None:
+    client = door.client()
+    file_id = upload(client, [line(f"r{i}", f"story {i} z", max_tokens=200) for i in range(300)])
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+    deadline = time.monotonic() + 60
+    while (seen := client.batches.retrieve(batch.id)).request_counts is None or seen.request_counts.completed == 0:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+    assert client.batches.cancel(batch.id).status == "cancelling"
+    done = wait_for(client, batch.id, ("cancelled",))
+    assert done.cancelled_at and done.request_counts is not None
+    assert 0 < done.request_counts.completed < 300
+    assert done.output_file_id is not None
+    answered = jsonl(client.files.content(done.output_file_id).read())
+    assert len(answered) == done.request_counts.completed
+
+
+def test_a_batch_whose_laya_serve_was_killed_is_finished_by_the_next_with_each_line_once(
+        redis_server: Server, tiny_model: Path, routes_file: Path, tmp_path: Path) -> None:
+    """SIGKILL the `laya serve` running a batch mid-way; another one, on the same Redis and files directory, takes
+    it over once the lease runs out and resumes it: every custom_id in the output exactly once, none sent twice."""
+    import signal
+
+    from tests.integration.test_http import _wait_for_port
+    from tests.processes import start_laya, stop_laya
+
+    port = free_port()
+    env = _env(redis_server.url, f"resume{port}", port, tiny_model, routes_file,
+               LAYA_HTTP__FILES_DIR=str(tmp_path / "files"))
+    procs = [start_laya(role, env, tmp_path / f"{role}.log") for role in ("router", "worker", "serve")]
+    try:
+        _wait_for_port(port, procs[-1])
+        client = Door(f"http://127.0.0.1:{port}", redis_server.client(), f"resume{port}").client()
+        file_id = upload(client, [line(f"r{i}", f"story {i} z", max_tokens=100) for i in range(200)])
+        batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        deadline = time.monotonic() + 60
+        while (seen := client.batches.retrieve(batch.id)).request_counts is None or \
+                seen.request_counts.completed < 20:
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.1)
+        procs[-1].send_signal(signal.SIGKILL)
+        procs[-1].wait()
+        procs[-1] = start_laya("serve", env, tmp_path / "serve-2.log")
+        _wait_for_port(port, procs[-1])
+        done = wait_for(client, batch.id, ("completed",), timeout=150)
+        assert done.output_file_id is not None and done.request_counts is not None
+        output = jsonl(client.files.content(done.output_file_id).read())
+        redis = redis_server.client()
+        sent = redis.xinfo_stream(f"resume{port}:ingress")["entries-added"]
+    finally:
+        stop_laya(*procs)
+    assert sorted(r["custom_id"] for r in output) == sorted(f"r{i}" for i in range(200))  # type: ignore[type-var]
+    assert done.request_counts.completed == 200 and done.request_counts.failed == 0
+    assert sent == 200, f"{sent} requests sent for 200 lines"
+    assert "batch " in (tmp_path / "serve-2.log").read_text() and "running it" in (tmp_path / "serve-2.log").read_text()
