@@ -157,3 +157,28 @@ def test_a_batch_whose_laya_serve_was_killed_is_finished_by_the_next_with_each_l
     assert done.request_counts.completed == 200 and done.request_counts.failed == 0
     assert sent == 200, f"{sent} requests sent for 200 lines"
     assert "batch " in (tmp_path / "serve-2.log").read_text() and "running it" in (tmp_path / "serve-2.log").read_text()
+
+
+def test_a_2000_line_batch_mostly_rules_and_cache_answers_every_line_once(door: Door) -> None:
+    """70 % of the lines are answered by rules or the cache without the model; each line is in the output once."""
+    client = door.client()
+    cached = {"max_tokens": 4}
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "jello z"}], **cached)
+    lines = []
+    for i in range(2000):
+        if i % 10 < 5:
+            lines.append(line(f"r{i}", ["hello", "ping", "opening hours please"][i % 3]))
+        elif i % 10 < 7:
+            lines.append(line(f"r{i}", "jello z", **cached))
+        else:
+            lines.append(line(f"r{i}", f"story {i} z", max_tokens=4))
+    batch = client.batches.create(input_file_id=upload(client, lines), endpoint="/v1/chat/completions",
+                                  completion_window="24h")
+    done = wait_for(client, batch.id, ("completed",), timeout=240)
+    assert done.output_file_id is not None and done.request_counts is not None
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (2000, 2000, 0)
+    output = jsonl(client.files.content(done.output_file_id).read())
+    assert sorted(str(r["custom_id"]) for r in output) == sorted(f"r{i}" for i in range(2000))
+    routes = [str(r["response"]["body"]["laya"]["route"]) for r in output]  # type: ignore[index]
+    without_model = sum(route.startswith(("rule:", "cache")) for route in routes)
+    assert without_model == 1400, sorted(set(routes))[:10]
