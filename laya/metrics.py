@@ -90,6 +90,7 @@ METRIC_NAMES: dict[str, str] = {
     # the HTTP front door (laya serve)
     "laya_http_requests_total": "counter",
     "laya_http_request_seconds": "histogram",
+    "laya_batch_lines_total": "counter",
     # prometheus_client's process collector, in every process
     "process_resident_memory_bytes": "gauge",
     "process_cpu_seconds_total": "counter",

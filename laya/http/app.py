@@ -102,6 +102,9 @@ class HttpMetrics:
         self.latency = Histogram("laya_http_request_seconds", "Time from a request's arrival to its answer (a "
                                  "stream's end).", ["endpoint"], registry=self.registry,
                                  buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5, 30, 120, 600))
+        self.batch_lines = PromCounter("laya_batch_lines", "Lines of /v1/batches batches this front door finished, "
+                                       "by state (completed: in the output file; failed: in the error file).",
+                                       ["state"], registry=self.registry)
 
     def count(self, endpoint: str, status: int, route: str, started: float) -> None:
         self.requests.labels(endpoint, str(status), route).inc()
@@ -128,7 +131,8 @@ def build_app(settings: Settings) -> Starlette:
         state["batches"] = Batches(door.redis, keys, files)
         runners = anyio.create_task_group()
         await runners.__aenter__()
-        runners.start_soon(run_batches, settings, files.directory)
+        runners.start_soon(run_batches, settings, files.directory,
+                           lambda state, n: metrics.batch_lines.labels(state).inc(n))
         try:
             yield
         finally:

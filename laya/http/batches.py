@@ -29,6 +29,7 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from hashlib import sha256
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,8 +190,10 @@ class BatchRunner:
     """Runs one batch, in a thread of the ``laya serve`` that holds its lease, to its end or its cancel."""
 
     def __init__(self, settings: Settings, redis: Redis, keys: Keys, files_dir: Path, batch_id: str,
-                 owner: str) -> None:
+                 owner: str, on_lines: Callable[[str, int], None] | None = None) -> None:
         self.settings = settings
+        self.on_lines = on_lines or (lambda _state, _count: None)
+        """Told how many lines ended in each state (completed, failed) when the batch is finalized."""
         self.redis = redis
         self.keys = keys
         self.files_dir = files_dir
@@ -322,6 +325,8 @@ class BatchRunner:
         _update(self.redis, self.keys, self.batch_id, status="cancelled" if cancelled else "completed",
                 output_file_id=output_id, error_file_id=error_id, request_counts=counts, **ended)
         results.unlink(missing_ok=True)
+        self.on_lines("completed", len(output))
+        self.on_lines("failed", len(errors))
 
     def _write_file(self, filename: str, lines: list[dict[str, Any]]) -> str:
         file_id = "file-" + secrets.token_hex(12)
@@ -414,7 +419,8 @@ SCAN_S = 1.0
 """How often a `laya serve` looks for batches nobody runs (new ones, and those of a dead `laya serve`)."""
 
 
-async def run_batches(settings: Settings, files_dir: Path) -> None:
+async def run_batches(settings: Settings, files_dir: Path,
+                      on_lines: Callable[[str, int], None] | None = None) -> None:
     """Run, in threads, every active batch this `laya serve` can take the lease of, until cancelled."""
     import os
     import socket
@@ -439,7 +445,7 @@ async def run_batches(settings: Settings, files_dir: Path) -> None:
             raw = redis.get(keys.batch(batch_id))
             if raw is None or orjson.loads(raw).get("status") not in ACTIVE:
                 continue
-            runner = BatchRunner(settings, redis, keys, files_dir, batch_id, owner)
+            runner = BatchRunner(settings, redis, keys, files_dir, batch_id, owner, on_lines)
             if runner.take_lease():
                 log.info("batch %s: running it", batch_id)
                 running[batch_id] = threading.Thread(target=runner.run, name=f"batch-{batch_id}", daemon=True)

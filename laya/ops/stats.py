@@ -13,6 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from laya.keys import Keys
 from laya.schema import LANES
 from laya.worker.presence import read_workers
@@ -70,6 +72,16 @@ def snapshot(redis: Redis, settings: Settings, *, now: float | None = None) -> d
             "vram_used_bytes": fields.get("vram_used"), "jobs_done": fields.get("jobs_done"),
             "tokens_per_s": fields.get("tokens_per_s"), "last_beat_s": round(worker.beat_age_s, 1),
         })
+    batches = []
+    for raw_id in redis.zrange(keys.batches, 0, 9, desc=True):
+        record = redis.get(keys.batch(raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)))
+        if record is None:
+            continue
+        batch = orjson.loads(record)
+        counts = batch.get("request_counts") or {}
+        batches.append({"id": batch["id"], "status": batch["status"], "endpoint": batch["endpoint"],
+                        "total": counts.get("total", 0), "completed": counts.get("completed", 0),
+                        "failed": counts.get("failed", 0), "created_s_ago": round(now - batch["created_at"], 1)})
     updated = figure("updated_at")
     return {
         "schema": STATS_SCHEMA, "at": now,
@@ -81,6 +93,7 @@ def snapshot(redis: Redis, settings: Settings, *, now: float | None = None) -> d
         "batch_us": {"p50": figure("batch_us_p50"), "p99": figure("batch_us_p99")},
         "queues": queues,
         "workers": workers,
+        "batches": batches,
     }
 
 
@@ -152,4 +165,10 @@ def render(snap: dict[str, Any]) -> str:
                         str(w["jobs_done"] or 0), f"{w['tokens_per_s']:.1f}" if w["tokens_per_s"] else "-",
                         ago(w["last_beat_s"])) for w in snap["workers"]],
                       right=frozenset({8, 9}))
+    if snap.get("batches"):
+        out += ["", "Batches (/v1/batches, newest first)"]
+        out += _table(("batch", "status", "endpoint", "done", "failed", "lines", "created"),
+                      [(b["id"], b["status"], b["endpoint"], f"{b['completed']:,}", f"{b['failed']:,}",
+                        f"{b['total']:,}", ago(b["created_s_ago"])) for b in snap["batches"]],
+                      right=frozenset({3, 4, 5}))
     return "\n".join(out)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2 as httpx
 import openai
 import orjson
 import pytest
@@ -43,7 +47,7 @@ def jsonl(data: bytes) -> list[dict[str, object]]:
     return [orjson.loads(raw) for raw in data.splitlines() if raw.strip()]
 
 
-def test_a_batch_runs_to_output_and_error_files_in_openai_s_format(door: Door) -> None:
+def test_a_batch_runs_to_output_and_error_files_in_openai_s_format(door: Door, redis_server: Server) -> None:
     client = door.client()
     file_id = upload(client, [
         line("greet-1", "hello"),
@@ -83,6 +87,12 @@ def test_a_batch_runs_to_output_and_error_files_in_openai_s_format(door: Door) -
     assert by_line[7]["error"]["param"] == "body.temperature"  # type: ignore[index]
 
     assert created.id in [b.id for b in client.batches.list().data]
+    metrics = httpx.get(f"{door.url}/metrics").text
+    assert 'laya_batch_lines_total{state="completed"} 3.0' in metrics
+    assert 'laya_batch_lines_total{state="failed"} 4.0' in metrics
+    stats = subprocess.run([sys.executable, "-m", "laya", "stats"], env={**os.environ, "LAYA_REDIS_URL": redis_server.url,
+                           "LAYA_REDIS__PREFIX": door.prefix}, capture_output=True, text=True, check=True).stdout
+    assert created.id in stats and "completed" in stats
     assert client.batches.cancel(created.id).status == "completed"  # nothing left to cancel
     output_file = client.files.retrieve(done.output_file_id)
     assert output_file.purpose == "batch_output"
