@@ -128,10 +128,11 @@ def build_app(settings: Settings) -> Starlette:
         files = Files(http.files_dir.resolve(), door.redis, keys, max_bytes=http.max_file_bytes,
                       max_lines=http.max_file_lines)
         state["files"] = files
-        state["batches"] = Batches(door.redis, keys, files)
+        batches = Batches(door.redis, keys, files)
+        state["batches"] = batches
         runners = anyio.create_task_group()
         await runners.__aenter__()
-        runners.start_soon(run_batches, settings, files.directory,
+        runners.start_soon(run_batches, settings, files.directory, batches.created,
                            lambda state, n: metrics.batch_lines.labels(state).inc(n))
         try:
             yield

@@ -24,6 +24,7 @@ goes to the error file with its line number and field, the batch goes on),
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import secrets
@@ -84,6 +85,8 @@ class Batches:
         self.redis = redis
         self.keys = keys
         self.files = files
+        self.created = asyncio.Event()
+        """Set when a batch is created here: this `laya serve`'s runner looks for it at once (:func:`run_batches`)."""
 
     async def create(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -126,6 +129,7 @@ class Batches:
             pipe.set(self.keys.batch(record["id"]), orjson.dumps(record))
             pipe.zadd(self.keys.batches, {record["id"]: time.time()})
             await pipe.execute()
+        self.created.set()
         return record
 
     async def retrieve(self, batch_id: str) -> dict[str, Any]:
@@ -419,9 +423,10 @@ SCAN_S = 1.0
 """How often a `laya serve` looks for batches nobody runs (new ones, and those of a dead `laya serve`)."""
 
 
-async def run_batches(settings: Settings, files_dir: Path,
+async def run_batches(settings: Settings, files_dir: Path, created: asyncio.Event,
                       on_lines: Callable[[str, int], None] | None = None) -> None:
-    """Run, in threads, every active batch this `laya serve` can take the lease of, until cancelled."""
+    """Run, in threads, every active batch this `laya serve` can take the lease of, until cancelled: looking every
+    ``SCAN_S``, and at once when ``created`` is set."""
     import os
     import socket
 
@@ -456,4 +461,6 @@ async def run_batches(settings: Settings, files_dir: Path,
             await anyio.to_thread.run_sync(scan)
         except (RedisError, OSError, LayaError) as exc:
             log.warning("batches: could not look for work (%s); trying again", exc)
-        await anyio.sleep(SCAN_S)
+        with anyio.move_on_after(SCAN_S):
+            await created.wait()
+        created.clear()
