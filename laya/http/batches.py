@@ -19,6 +19,8 @@ States as OpenAI's: ``validating`` (the lines are read and checked; a bad line
 goes to the error file with its line number and field, the batch goes on),
 ``in_progress``, ``finalizing`` (the output and error files are written),
 ``completed``; ``cancelling`` → ``cancelled`` (the answers so far are kept);
+``expired`` when the completion window ends first (the answers so far kept, the
+lines not run in the error file as ``batch_expired``);
 ``failed`` when the input file itself cannot be used.
 """
 
@@ -205,6 +207,7 @@ class BatchRunner:
         self.owner = owner
         self._stopped = threading.Event()
         self._batch: Batch | None = None
+        self._expired = False
 
     def take_lease(self) -> bool:
         return bool(self.redis.set(self.keys.batch_lease(self.batch_id), self.owner, nx=True, ex=LEASE_S))
@@ -240,11 +243,14 @@ class BatchRunner:
         _update(self.redis, self.keys, self.batch_id, request_counts={
             "total": batch.input.lines, "completed": len(records) - failed, "failed": failed})
 
-    def _cancelled(self) -> bool:
+    def _should_stop(self) -> bool:
+        """The lease is lost, the batch is being cancelled, or its completion window has passed."""
         if self._stopped.is_set():
             return True
         record = orjson.loads(self.redis.get(self.keys.batch(self.batch_id)) or b"{}")
-        return bool(record.get("status") == "cancelling")
+        if record.get("expires_at") is not None and time.time() > record["expires_at"]:
+            self._expired = True
+        return bool(self._expired or record.get("status") == "cancelling")
 
     def run(self) -> None:
         keeper = threading.Thread(target=self._keep_lease, name=f"lease-{self.batch_id}", daemon=True)
@@ -279,14 +285,14 @@ class BatchRunner:
         results = self.files_dir / f".{self.batch_id}.results.jsonl"
         if record["status"] == "in_progress" or record["status"] == "cancelling":
             self._batch = Batch(lines, results, resume=True, queue_bound=self.settings.router.max_queue_depth,
-                                progress=False, defaults={"priority": "bulk"}, stop=self._cancelled)
+                                progress=False, defaults={"priority": "bulk"}, stop=self._should_stop)
             self._batch.run(Client.from_settings(self.settings))
             if self._stopped.is_set():
                 return  # lease lost: the new holder goes on
             self._publish_counts()
             record = orjson.loads(self.redis.get(self.keys.batch(self.batch_id)) or b"{}")
             cancelled = record.get("status") == "cancelling"
-            if not cancelled:
+            if not cancelled and not self._expired:
                 record = _update(self.redis, self.keys, self.batch_id, only_if="in_progress", status="finalizing",
                                  finalizing_at=_now())
         self._finalize(record, results, custom_ids)
@@ -321,13 +327,19 @@ class BatchRunner:
                                                                        "code": error.get("code"),
                                                                        "param": error.get("field")}}},
                                "error": None})
+        if self._expired:  # as OpenAI writes what a window's end left undone
+            errors += [{"id": f"batch_req_{sha256(f'{self.batch_id}{number}'.encode()).hexdigest()[:24]}",
+                        "custom_id": custom_id, "response": None,
+                        "error": {"code": "batch_expired", "message": "this request was not run before the batch's "
+                                  "completion window ended", "param": None, "line": number}}
+                       for number, custom_id in sorted(custom_ids.items()) if number not in done]
         output_id = self._write_file(f"{self.batch_id}_output.jsonl", output) if output else None
         error_id = self._write_file(f"{self.batch_id}_error.jsonl", errors) if errors else None
         counts = {"total": max(len(custom_ids), len(done)), "completed": len(output), "failed": len(errors)}
-        cancelled = record.get("status") == "cancelling"
-        ended: dict[str, Any] = {"cancelled_at": _now()} if cancelled else {"completed_at": _now()}
-        _update(self.redis, self.keys, self.batch_id, status="cancelled" if cancelled else "completed",
-                output_file_id=output_id, error_file_id=error_id, request_counts=counts, **ended)
+        status = "expired" if self._expired else "cancelled" if record.get("status") == "cancelling" else "completed"
+        ended: dict[str, Any] = {f"{status}_at": _now()}
+        _update(self.redis, self.keys, self.batch_id, status=status, output_file_id=output_id, error_file_id=error_id,
+                request_counts=counts, **ended)
         results.unlink(missing_ok=True)
         self.on_lines("completed", len(output))
         self.on_lines("failed", len(errors))

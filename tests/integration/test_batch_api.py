@@ -192,3 +192,26 @@ def test_a_2000_line_batch_mostly_rules_and_cache_answers_every_line_once(door: 
     routes = [str(r["response"]["body"]["laya"]["route"]) for r in output]  # type: ignore[index]
     without_model = sum(route.startswith(("rule:", "cache")) for route in routes)
     assert without_model == 1400, sorted(set(routes))[:10]
+
+
+def test_a_batch_past_its_completion_window_expires_with_what_it_had(door: Door) -> None:
+    """The window's end stops the run: the answers so far in the output, every line not run in the error file as
+    batch_expired (the window is moved into the past here: the shortest one can ask for is an hour)."""
+    client = door.client()
+    file_id = upload(client, [line(f"r{i}", f"story {i} z", max_tokens=200) for i in range(300)])
+    batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="1h")
+    assert batch.expires_at == batch.created_at + 3600
+    deadline = time.monotonic() + 60
+    while (seen := client.batches.retrieve(batch.id)).request_counts is None or seen.request_counts.completed == 0:
+        assert time.monotonic() < deadline, seen
+        time.sleep(0.2)
+    key = f"{door.prefix}:batch:{batch.id}"
+    door.redis.eval("local r = cjson.decode(redis.call('GET', KEYS[1])) r['expires_at'] = tonumber(ARGV[1]) "
+                    "redis.call('SET', KEYS[1], cjson.encode(r))", 1, key, int(time.time()) - 1)
+    done = wait_for(client, batch.id, ("expired",))
+    assert done.expired_at and done.request_counts is not None and done.output_file_id and done.error_file_id
+    answered = jsonl(client.files.content(done.output_file_id).read())
+    expired = jsonl(client.files.content(done.error_file_id).read())
+    assert 0 < len(answered) < 300 and len(answered) + len(expired) == 300
+    assert {e["error"]["code"] for e in expired} == {"batch_expired"}  # type: ignore[index]
+    assert {str(r["custom_id"]) for r in answered + expired} == {f"r{i}" for i in range(300)}
