@@ -215,3 +215,43 @@ def test_a_batch_past_its_completion_window_expires_with_what_it_had(door: Door)
     assert 0 < len(answered) < 300 and len(answered) + len(expired) == 300
     assert {e["error"]["code"] for e in expired} == {"batch_expired"}  # type: ignore[index]
     assert {str(r["custom_id"]) for r in answered + expired} == {f"r{i}" for i in range(300)}
+
+
+def test_laya_up_killed_mid_batch_and_started_again_finishes_it_with_each_line_once(
+        tmp_path: Path, tiny_model: Path) -> None:
+    """SIGKILL `laya up` itself (its router, worker, front door and Valkey go with it) mid-batch, then start it again
+    on the same data: the batch ends with every custom_id in the output once."""
+    import re
+    import signal
+
+    from tests.integration.test_supervisor import Up, write_config
+
+    valkey_port = free_port()
+    write_config(tmp_path, valkey_port, tiny_model)
+    http_port = int(re.search(r"\[http\]\nport = (\d+)", (tmp_path / "laya.toml").read_text()).group(1))  # type: ignore[union-attr]
+    first = Up(tmp_path, name="up-1")
+    second = None
+    try:
+        first.wait_for("laya is up")
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="none")
+        file_id = upload(client, [line(f"r{i}", f"story {i} z", max_tokens=100) for i in range(200)])
+        batch = client.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+        deadline = time.monotonic() + 60
+        while (seen := client.batches.retrieve(batch.id)).request_counts is None or \
+                seen.request_counts.completed < 20:
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.1)
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+        time.sleep(2)  # its children see it gone and stop (Valkey saves its data)
+        second = Up(tmp_path, name="up-2")
+        second.wait_for("laya is up", timeout=90)
+        done = wait_for(client, batch.id, ("completed",), timeout=150)
+        assert done.output_file_id is not None and done.request_counts is not None
+        output = jsonl(client.files.content(done.output_file_id).read())
+    finally:
+        for up in (second, first):
+            if up is not None:
+                up.close()
+    assert sorted(str(r["custom_id"]) for r in output) == sorted(f"r{i}" for i in range(200))
+    assert done.request_counts.completed == 200 and done.request_counts.failed == 0
