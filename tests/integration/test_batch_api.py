@@ -255,3 +255,32 @@ def test_laya_up_killed_mid_batch_and_started_again_finishes_it_with_each_line_o
                 up.close()
     assert sorted(str(r["custom_id"]) for r in output) == sorted(f"r{i}" for i in range(200))
     assert done.request_counts.completed == 200 and done.request_counts.failed == 0
+
+
+def test_with_two_laya_serve_one_runs_a_batch(redis_server: Server, tiny_model: Path, routes_file: Path,
+                                              tmp_path: Path) -> None:
+    """Two front doors on one Redis and one files directory: the batch's lease lets exactly one of them run it."""
+    from tests.integration.test_http import _wait_for_port
+    from tests.processes import start_laya, stop_laya
+
+    ports = [free_port(), free_port()]
+    prefix = f"two{ports[0]}"
+    envs = [_env(redis_server.url, prefix, port, tiny_model, routes_file, LAYA_HTTP__FILES_DIR=str(tmp_path / "files"))
+            for port in ports]
+    procs = [start_laya("router", envs[0], tmp_path / "router.log"), start_laya("worker", envs[0], tmp_path / "w.log")]
+    procs += [start_laya("serve", env, tmp_path / f"serve-{i}.log") for i, env in enumerate(envs)]
+    try:
+        for port, proc in zip(ports, procs[2:], strict=True):
+            _wait_for_port(port, proc)
+        first, second = (Door(f"http://127.0.0.1:{port}", redis_server.client(), prefix).client() for port in ports)
+        file_id = upload(first, [line(f"r{i}", f"story {i} z", max_tokens=8) for i in range(100)])
+        # Created on the second door: both look for it, the second at once, the first within a second.
+        batch = second.batches.create(input_file_id=file_id, endpoint="/v1/chat/completions", completion_window="24h")
+        done = wait_for(first, batch.id, ("completed",))
+        sent = redis_server.client().xinfo_stream(f"{prefix}:ingress")["entries-added"]
+    finally:
+        stop_laya(*procs)
+    assert done.request_counts is not None and done.request_counts.completed == 100
+    runs = [(tmp_path / f"serve-{i}.log").read_text().count(f"batch {batch.id}: running it") for i in range(2)]
+    assert sorted(runs) == [0, 1], runs
+    assert sent == 100
