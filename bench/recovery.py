@@ -197,8 +197,14 @@ def kill_router_with_pending(redis: Redis, tally: Tally, model: Model, router_pi
     wait_until(lambda: all(tally.answered(r) for r in requests), 600, "the dead router's requests")
     answered = time.monotonic() - killed
     pending = redis.xpending(KEYS.ingress, KEYS.router_group)["pending"]
-    print(f"  router kill: answered {answered:.2f} s ({len(requests)} requests; {pending} entries pending now)",
-          flush=True)
+    stages = []
+    for result in Client(redis).result_many(requests):
+        timings = result.timings if result is not None else None
+        if timings is not None:  # submit to result, and of that: the wait in the model's queue, the generation
+            stages.append(f"{(timings.total_ms or 0) / 1000:.2f}/{(timings.queue_wait_ms or 0) / 1000:.2f}/"
+                          f"{(timings.generation_ms or 0) / 1000:.2f}")
+    print(f"  router kill: answered {answered:.2f} s ({len(requests)} requests; {pending} entries pending now; "
+          f"total/queue/generation s: {' '.join(stages)})", flush=True)
     return {"answer": answered}
 
 
