@@ -43,8 +43,10 @@ from redis.exceptions import RedisError
 from laya.batch import Batch
 from laya.batchfile import BatchInput, Line
 from laya.client import Client
+from laya.connection import release_lock, renew_lock
 from laya.errors import InvalidRequest, LayaError
 from laya.http import openai
+from laya.http.files import cursor_page, file_record
 from laya.schema import Result
 
 if TYPE_CHECKING:
@@ -159,9 +161,7 @@ class Batches:
             raw = await self.redis.get(self.keys.batch(batch_id))
             if raw is not None:
                 records.append(orjson.loads(raw))
-        page = records[:limit]
-        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None, "has_more": len(records) > limit}
+        return cursor_page(records, limit)
 
 
 _UPDATE = """
@@ -212,12 +212,6 @@ class BatchRunner:
     def take_lease(self) -> bool:
         return bool(self.redis.set(self.keys.batch_lease(self.batch_id), self.owner, nx=True, ex=LEASE_S))
 
-    def _renew(self) -> bool:
-        lease = self.keys.batch_lease(self.batch_id)
-        return bool(self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then "
-                                    "return redis.call('EXPIRE', KEYS[1], ARGV[2]) end return 0",
-                                    1, lease, self.owner, LEASE_S))
-
     def _keep_lease(self) -> None:
         """Publish the counts every ``COUNTS_S`` and renew the lease every third of ``LEASE_S``; a lost lease
         stops the run."""
@@ -225,7 +219,7 @@ class BatchRunner:
         while not self._stopped.wait(COUNTS_S):
             try:
                 if time.monotonic() - renewed >= LEASE_S / 3:
-                    if not self._renew():
+                    if not renew_lock(self.redis, self.keys.batch_lease(self.batch_id), self.owner, LEASE_S):
                         log.warning("batch %s: lost its lease; another laya serve goes on with it", self.batch_id)
                         self._stopped.set()
                         return
@@ -263,8 +257,7 @@ class BatchRunner:
         finally:
             self._stopped.set()
             keeper.join(timeout=5)
-            self.redis.eval("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end "
-                            "return 0", 1, self.keys.batch_lease(self.batch_id), self.owner)
+            release_lock(self.redis, self.keys.batch_lease(self.batch_id), self.owner)
 
     def _run(self) -> None:
         record = orjson.loads(self.redis.get(self.keys.batch(self.batch_id)) or b"null")
@@ -351,9 +344,7 @@ class BatchRunner:
         data = b"".join(orjson.dumps(line) + b"\n" for line in lines)
         partial.write_bytes(data)
         partial.replace(path)
-        record = {"id": file_id, "object": "file", "bytes": len(data), "created_at": _now(), "filename": filename,
-                  "purpose": "batch_output", "status": "processed", "status_details": None, "expires_at": None,
-                  "laya": {"lines": len(lines)}}
+        record = file_record(file_id, size=len(data), filename=filename, purpose="batch_output", lines=len(lines))
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.keys.file(file_id), orjson.dumps(record))
             pipe.zadd(self.keys.files, {file_id: time.time()})

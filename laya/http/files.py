@@ -33,12 +33,26 @@ if TYPE_CHECKING:
 
     from laya.keys import Keys
 
-__all__ = ["FileNotFound", "Files"]
+__all__ = ["FileNotFound", "Files", "cursor_page", "file_record"]
 
 FILE_ID = re.compile(r"^file-[0-9a-f]{24}$")
 PURPOSES = ("batch",)
 FIELD_BYTES = 1024
 """Largest form field besides the file (``purpose``, ``expires_after[...]``)."""
+
+
+def file_record(file_id: str, *, size: int, filename: str, purpose: str, lines: int) -> dict[str, Any]:
+    """OpenAI's file object for a file Laya keeps (``laya.lines``: its line count)."""
+    return {"id": file_id, "object": "file", "bytes": size, "created_at": int(time.time()), "filename": filename,
+            "purpose": purpose, "status": "processed", "status_details": None, "expires_at": None,
+            "laya": {"lines": lines}}
+
+
+def cursor_page(records: list[dict[str, Any]], limit: int) -> dict[str, Any]:
+    """OpenAI's list page of the first ``limit`` of ``records`` (given one more than that when there are more)."""
+    page = records[:limit]
+    return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None, "has_more": len(records) > limit}
 
 
 class FileNotFound(LayaError):
@@ -177,9 +191,8 @@ class Files:
             upload.close()
             upload.partial.unlink(missing_ok=True)
             raise
-        record = {"id": file_id, "object": "file", "bytes": upload.bytes, "created_at": int(time.time()),
-                  "filename": upload.filename, "purpose": purpose, "status": "processed", "status_details": None,
-                  "expires_at": None, "laya": {"lines": upload.line_count}}
+        record = file_record(file_id, size=upload.bytes, filename=upload.filename, purpose=purpose,
+                             lines=upload.line_count)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.set(self.keys.file(file_id), orjson.dumps(record))
             pipe.zadd(self.keys.files, {file_id: time.time()})
@@ -218,6 +231,4 @@ class Files:
                 records.append(record)
             if len(records) > limit:
                 break
-        page = records[:limit]
-        return {"object": "list", "data": page, "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None, "has_more": len(records) > limit}
+        return cursor_page(records, limit)
