@@ -739,7 +739,7 @@ def main() -> None:
     if unknown or not modes:
         parser.error(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     prompts = [PROMPTS[i % len(PROMPTS)] for i in range(args.requests)]
-    model = bundled_gguf(args.data_dir)
+    model = bundled_gguf(args.data_dir.resolve())  # laya up runs the model from another directory
     threads = planner_threads()
     binary, server_info, version_text = None, "", ""
     if set(modes) & set(SERVER_MODES):
